@@ -1,0 +1,33 @@
+# -*- coding: utf-8 -*-
+"""Run a module's main() in-process and return what it passed to exit_json/fail_json."""
+import json
+
+import pytest
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
+
+
+class ModuleExit(Exception):
+    def __init__(self, result, failed):
+        super().__init__(result.get("msg"))
+        self.result = result
+        self.failed = failed
+
+
+def run_module(main, args, check_mode=False):
+    if check_mode:
+        args = dict(args, _ansible_check_mode=True)
+
+    def exit_json(self, **kwargs):
+        raise ModuleExit(kwargs, failed=False)
+
+    def fail_json(self, msg, **kwargs):
+        raise ModuleExit(dict(kwargs, msg=msg), failed=True)
+
+    with patch_module_args(json.loads(json.dumps(args))), \
+            pytest.MonkeyPatch.context() as mp:
+        mp.setattr(basic.AnsibleModule, "exit_json", exit_json)
+        mp.setattr(basic.AnsibleModule, "fail_json", fail_json)
+        with pytest.raises(ModuleExit) as caught:
+            main()
+    return caught.value
