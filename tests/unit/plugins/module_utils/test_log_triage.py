@@ -1,0 +1,93 @@
+# -*- coding: utf-8 -*-
+"""Log triage on real vLLM log lines (vLLM's own message templates, as logged)."""
+import pytest
+
+from ansible_collections.hy3.fleet.plugins.module_utils.log_triage import (
+    MEMORY_ALLOCATION, REQUEST, WEIGHT_LOADING, classify, describe)
+
+STARTUP_OK = """\
+(APIServer pid=3840) INFO 12-02 18:34:30 [model.py:2152] Using max model len 512
+(Worker pid=3898) INFO 12-02 18:35:04 [default_loader.py:501] Loading weights took 0.02 seconds
+(Worker pid=3898) INFO 12-02 18:35:55 [cpu_worker.py:260] Explicitly set (1.0/6.96) GiB for KV cache on node 0.
+(EngineCore pid=3876) INFO 12-02 18:35:55 [kv_cache_utils.py:2327] CPU KV cache size: 1,048,576 tokens, Maximum concurrency for 512 tokens per request: 2048.00x
+INFO:     Started server process [3840]
+INFO:     Waiting for application startup.
+INFO:     Application startup complete.
+"""
+
+GPU_OK = """\
+(EngineCore_DP0 pid=211) INFO 10-14 09:12:01 [gpu_model_runner.py:2653] Model loading took 15.18 GiB memory and 2.640207 seconds
+(EngineCore_DP0 pid=211) INFO 10-14 09:12:30 [gpu_worker.py:298] Available KV cache memory: 4.1 GiB
+(EngineCore_DP0 pid=211) INFO 10-14 09:12:30 [kv_cache_utils.py:1087] GPU KV cache size: 224,353 tokens
+(EngineCore_DP0 pid=211) INFO 10-14 09:12:30 [kv_cache_utils.py:1091] Maximum concurrency for 32,768 tokens per request: 6.85x
+(APIServer pid=1) INFO:     Application startup complete.
+"""
+
+WRAPPER = "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {'EngineCore_DP0': 1}"
+
+CASES = [
+    (WEIGHT_LOADING, "(EngineCore pid=88) ERROR 12-02 10:00:01 [core.py:708] RuntimeError: Cannot find any model weights with `/models/hy3-fp8`"),
+    (WEIGHT_LOADING, "ValueError: Invalid repository ID or local directory specified: '/models/nope'."),
+    (WEIGHT_LOADING, "ValueError: Could not detect config format for no config file found. With config_format 'auto', ensure your model has either config.json (HF format) or params.json (Mistral format)."),
+    (WEIGHT_LOADING, "safetensors_rust.SafetensorError: Error while deserializing header: HeaderTooLarge"),
+    (WEIGHT_LOADING, "  Value error, Quantization method specified in the model config (fp8) does not match the quantization method specified in the `quantization` argument (awq). [type=value_error, input_value=ArgsKwargs((), {...}), input_type=ArgsKwargs]"),
+    (WEIGHT_LOADING, "ValueError: Cannot find the config file for awq"),
+    (WEIGHT_LOADING, "ValueError: Model architectures ['HunYuanFooForCausalLM'] are not supported for now. Supported architectures: dict_keys([...])"),
+    (WEIGHT_LOADING, "FileNotFoundError: [Errno 2] No such file or directory: '/models/hy3/model-00007-of-00080.safetensors'"),
+    (MEMORY_ALLOCATION, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.16 GiB. GPU 0 has a total capacity of 79.19 GiB of which 531.00 MiB is free."),
+    (MEMORY_ALLOCATION, "RuntimeError: CUDA error: out of memory"),
+    (MEMORY_ALLOCATION, "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine."),
+    (MEMORY_ALLOCATION, "ValueError: To serve at least one request with the models's max seq len (262144), (7.17 GiB KV cache is needed, which is larger than the available KV cache memory (6.74 GiB). Based on the available memory, the estimated maximum model length is 232000. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."),
+    (MEMORY_ALLOCATION, "ValueError: The model's max seq len (131072) is larger than the maximum number of tokens that can be stored in KV cache (93760). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."),
+    (MEMORY_ALLOCATION, "ValueError: Free memory on device cuda:0 (7.34/15.49 GiB) on startup is less than desired GPU memory utilization (0.9, 13.94 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes."),
+    (MEMORY_ALLOCATION, "ValueError: Cannot auto-fit max_model_len: not enough GPU memory available to serve even a single token. Try increasing `gpu_memory_utilization`."),
+    (REQUEST, "(EngineCore pid=3876) ERROR 12-02 18:40:02 [core.py:1021] RuntimeError: Unsupported CPU attention configuration: head_dim=16"),
+    (REQUEST, "This model's maximum context length is 4096 tokens. However, your request has 5000 input tokens. Please reduce the length of the input messages."),
+    (REQUEST, "The model `hy3-typo` does not exist."),
+    (REQUEST, "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause."),
+]
+
+
+@pytest.mark.parametrize("cls, line", CASES)
+def test_each_real_message_lands_in_its_class(cls, line):
+    text = "(APIServer pid=1) INFO 12-02 10:00:00 [api_utils.py:286] non-default args: {}\n%s\n%s\n" % (line, WRAPPER)
+    result = classify(text)
+    assert result["failure_class"] == cls
+    assert result["line"] == line.strip() and result["line_number"] == 2
+    message = describe(result)
+    assert message.startswith(cls.replace("_", " ") + " failure")
+    assert result["next_step"] in message
+
+
+def test_next_steps_differ_per_class():
+    steps = {cls: classify(line)["next_step"] for cls, line in CASES}
+    assert "weight directory and file list" in steps[WEIGHT_LOADING]
+    assert "lower tier, then max_model_len, then max_num_seqs" in steps[MEMORY_ALLOCATION]
+    assert "request fields, input length, timeouts" in steps[REQUEST]
+
+
+def test_first_failure_wins_over_later_wrappers():
+    text = CASES[3][1] + "\n" + CASES[10][1] + "\n" + WRAPPER
+    assert classify(text)["failure_class"] == WEIGHT_LOADING
+
+
+def test_colour_codes_are_ignored():
+    result = classify("\x1b[1;36m(EngineCore pid=1)\x1b[0;0m ERROR ValueError: No available memory for the cache blocks.")
+    assert result["failure_class"] == MEMORY_ALLOCATION and "\x1b" not in result["line"]
+
+
+def test_healthy_cpu_startup():
+    result = classify(STARTUP_OK)
+    assert result["ready"] and result["failure_class"] is None
+    assert result["kv_cache_tokens"] == 1048576 and result["max_concurrency"] == 2048.0
+
+
+def test_healthy_gpu_startup_memory_lines():
+    result = classify(GPU_OK)
+    assert result["ready"] and result["kv_cache_tokens"] == 224353
+    assert result["kv_cache_gib"] == 4.1 and result["weights_gib"] == 15.18 and result["max_concurrency"] == 6.85
+
+
+def test_wrapper_alone_is_unclassified():
+    result = classify(WRAPPER)
+    assert result["failure_class"] is None and not result["ready"]
