@@ -236,6 +236,7 @@ def plan(profile, tiers, gpus, gpu_memory_utilization=0.9, runtime_overhead_gib=
         "gpu_memory_utilization_requested": gpu_memory_utilization,
         "utilization_note": util_reason,
         "kv_cache_dtype": kv_cache_dtype,
+        "free_gib_per_gpu": [gib(g["free"]) for g in used],
         "skipped_tiers": skipped,
         "active_params_b": profile.get("active_params_b"),
         "total_params_b": profile["total_params_b"],

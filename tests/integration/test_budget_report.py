@@ -1,5 +1,6 @@
 # -*- coding: utf-8 -*-
 """The sample inventory (three fake GPU hosts) through the real ansible-playbook."""
+import json
 import re
 
 import pytest
@@ -7,31 +8,48 @@ from ansible_cli import run
 
 
 @pytest.fixture(scope="module")
-def report():
-    proc = run("ansible-playbook", "playbooks/budget_report.yml", "-i", "examples/inventory")
+def report(tmp_path_factory):
+    out_dir = tmp_path_factory.mktemp("report")
+    proc = run("ansible-playbook", "playbooks/budget_report.yml", "-i", "examples/inventory",
+               "-e", "hy3_report_dir=%s" % out_dir)
     assert proc.returncode == 0, proc.stdout
-    return proc.stdout
+    return proc.stdout, out_dir
 
 
-def row(report, host):
-    return re.search(r'"(%s \|[^"]*)"' % host, report).group(1)
+def row(text, host):
+    return re.search(r"(\| %s \|[^\n\"]*)" % host, text).group(1)
 
 
 def test_each_host_gets_its_own_budget(report):
-    assert row(report, "gpu-h200-a").endswith("| bf16 | weights 69.38 GiB | KV 52.98/40.0 GiB | len 131072 | "
-                                              "seqs 8 | tp 8 | util 0.9 | headroom 12.98 GiB | fits")
-    h100 = row(report, "gpu-h100-b")
-    assert "| fp8 |" in h100 and "| util 0.73 |" in h100 and h100.endswith("retreated 2 steps")
-    assert row(report, "gpu-a100-c") == "gpu-a100-c | 4 x NVIDIA A100-SXM4-40GB | cannot hold: short by 39.63 GiB per GPU"
+    out, _ = report
+    assert row(out, "gpu-h200-a").endswith("| bf16 | 69.38 | 52.98/40.0 | 1388736 | 131072 | 8 | 8 | 0.9 | 12.98 | fits |")
+    h100 = row(out, "gpu-h100-b")
+    assert "58.52" in h100 and "| fp8 |" in h100 and "| 0.73 |" in h100 and h100.endswith("| retreated 2 steps |")
+    assert row(out, "gpu-a100-c").endswith("| cannot hold: short by 39.63 GiB per GPU |")
 
 
-def test_nothing_changed(report):
-    assert re.findall(r"changed=(\d+)", report) == ["0"] * 4
+def test_report_files_on_the_controller(report):
+    out, out_dir = report
+    rows = json.loads((out_dir / "fleet_budget.json").read_text())
+    assert [r["host"] for r in rows] == ["gpu-h200-a", "gpu-h100-b", "gpu-a100-c"]
+    assert rows[2]["verdict"] == "cannot hold" and rows[2]["shortfall_gib"] == 39.63
+    assert rows[1]["free_gib_per_gpu"][3] == 58.52 and rows[0]["gpus"] == 8
+    md = (out_dir / "fleet_budget.md").read_text()
+    assert md.startswith("| host | GPUs |") and row(md, "gpu-h200-a") == row(out, "gpu-h200-a")
 
 
-def test_module_docs_render():
-    for module in ("hy3.fleet.nvml_facts", "hy3.fleet.hy3_budget"):
+def test_nothing_changed_on_the_hosts(report):
+    out, _ = report
+    recap = dict(re.findall(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)", out, re.M))
+    assert {h: recap[h] for h in ("gpu-h200-a", "gpu-h100-b", "gpu-a100-c")} == dict.fromkeys(
+        ("gpu-h200-a", "gpu-h100-b", "gpu-a100-c"), "0")
+
+
+def test_module_and_role_docs_render():
+    for module in ("hy3.fleet.nvml_facts", "hy3.fleet.hy3_budget", "hy3.fleet.engine_log_triage"):
         proc = run("ansible-doc", module)
         assert proc.returncode == 0 and "EXAMPLES" in proc.stdout and "RETURN VALUES" in proc.stdout, proc.stdout
-    proc = run("ansible-doc", "-t", "role", "hy3.fleet.budget")
-    assert proc.returncode == 0 and "hy3_tiers" in proc.stdout, proc.stdout
+    for role, var in (("budget", "hy3_tiers"), ("serve", "hy3_serve_mode"), ("verify", "hy3_verify_timeout"),
+                      ("report", "hy3_report_dir")):
+        proc = run("ansible-doc", "-t", "role", "hy3.fleet." + role)
+        assert proc.returncode == 0 and var in proc.stdout, proc.stdout
