@@ -22,12 +22,14 @@ description:
   - Also returns what the log says about memory (KV cache tokens, KV cache GiB, weights GiB), to compare
     with the budget.
 author:
-  - hy3.fleet maintainers
+  - hy3.fleet maintainers (@hy3-fleet)
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Only reads.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
 options:
   log_path:

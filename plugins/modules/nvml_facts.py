@@ -24,16 +24,19 @@ description:
     driver not loaded, NVML/kernel module version mismatch after a driver upgrade (reboot or reload the
     nvidia kernel module), a lost GPU, zero GPUs.
 author:
-  - hy3.fleet maintainers
+  - hy3.fleet maintainers (@hy3-fleet)
 requirements:
   - nvidia-ml-py (import name pynvml) on the target, or nvidia-smi on its PATH
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Only reads; runs the same in check mode.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   facts:
+    description: Action returns an C(ansible_facts) dictionary that will update existing host facts.
     support: full
 options:
   engine_pid:
@@ -149,7 +152,7 @@ def gather(module):
     if not smi:
         raise nvml.NvmlFault("no_source", "pynvml import failed (%s) and %s is not on PATH"
                              % (PYNVML_IMPORT_ERROR, module.params["nvidia_smi_path"]))
-    return "nvidia-smi", nvml.read_smi(lambda cmd: module.run_command(cmd), smi)
+    return "nvidia-smi", nvml.read_smi(module.run_command, smi)
 
 
 def main():

@@ -167,8 +167,8 @@ def first_run(fleet):
 
 def test_every_host_serves_the_smoke_request(first_run):
     served = re.findall(r"(node-\w) serves: (\d+) prompt \+\s+(\d+) completion tokens", first_run)
-    assert sorted(h for h, _, _ in served) == list(HOSTS)
-    assert all(int(p) > 0 and int(c) > 0 for _, p, c in served)
+    assert sorted(host for host, prompt, completion in served) == list(HOSTS)
+    assert all(int(prompt) > 0 and int(completion) > 0 for host, prompt, completion in served)
 
 
 def test_each_host_got_its_own_budget(fleet, first_run):
@@ -236,7 +236,7 @@ def test_driver_upgrade_reconfigures_and_restarts_once(fleet, first_run):
     assert proc.returncode == 0, proc.stdout[-6000:]
     assert config_of(fleet, "node-a")["gpu-memory-utilization"] == 0.5   # 70 of 140 GiB free now
     assert pid_of(fleet, "node-a") != pid_a and pid_of(fleet, "node-b") == pid_b
-    assert proc.stdout.count("TASK [hy3.fleet.serve : Restart the engine by pid file]") == 1
+    assert proc.stdout.count("RUNNING HANDLER [hy3.fleet.serve : Restart the engine by pid file]") == 1
     assert record_of(fleet, "node-a")["driver_version"] == "570.86.15"
     changed = dict((h, recap(proc.stdout)[h]["changed"]) for h in HOSTS)
     assert changed["node-a"] > 0 and changed["node-b"] == 0 and changed["node-c"] == 0

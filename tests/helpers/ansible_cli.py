@@ -17,5 +17,5 @@ def run(tool, *args, env=None, timeout=600):
     full_env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
                     ANSIBLE_COLLECTIONS_PATH=collections_root(), ANSIBLE_NOCOLOR="1",
                     ANSIBLE_FORCE_COLOR="0", **(env or {}))
-    return subprocess.run([os.path.join(BIN, tool)] + list(args), cwd=ROOT, env=full_env, text=True,
+    return subprocess.run([os.path.join(BIN, tool)] + list(args), check=False, cwd=ROOT, env=full_env, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)

@@ -21,7 +21,7 @@ def row(text, host):
 
 
 def test_each_host_gets_its_own_budget(report):
-    out, _ = report
+    out = report[0]
     assert row(out, "gpu-h200-a").endswith("| bf16 | 69.38 | 52.98/40.0 | 1388736 | 131072 | 8 | 8 | 0.9 | 12.98 | fits |")
     h100 = row(out, "gpu-h100-b")
     assert "58.52" in h100 and "| fp8 |" in h100 and "| 0.73 |" in h100 and h100.endswith("| retreated 2 steps |")
@@ -39,7 +39,7 @@ def test_report_files_on_the_controller(report):
 
 
 def test_nothing_changed_on_the_hosts(report):
-    out, _ = report
+    out = report[0]
     recap = dict(re.findall(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)", out, re.M))
     assert {h: recap[h] for h in ("gpu-h200-a", "gpu-h100-b", "gpu-a100-c")} == dict.fromkeys(
         ("gpu-h200-a", "gpu-h100-b", "gpu-a100-c"), "0")

@@ -13,7 +13,7 @@ def cli(cwd, tool, *args, env=None):
     """Run away from the checkout's ansible.cfg, which finds the collection through .collections."""
     env = dict(os.environ, **(env or {}))
     env.pop("ANSIBLE_CONFIG", None)
-    return subprocess.run([os.path.join(BIN, tool)] + list(args), cwd=str(cwd), text=True, env=env,
+    return subprocess.run([os.path.join(BIN, tool)] + list(args), check=False, cwd=str(cwd), text=True, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
 
 

@@ -1,5 +1,7 @@
 # -*- coding: utf-8 -*-
 """Log triage on real vLLM log lines (vLLM's own message templates, as logged)."""
+import os
+
 import pytest
 
 from ansible_collections.hy3.fleet.plugins.module_utils.log_triage import (
@@ -25,27 +27,9 @@ GPU_OK = """\
 
 WRAPPER = "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {'EngineCore_DP0': 1}"
 
-CASES = [
-    (WEIGHT_LOADING, "(EngineCore pid=88) ERROR 12-02 10:00:01 [core.py:708] RuntimeError: Cannot find any model weights with `/models/hy3-fp8`"),
-    (WEIGHT_LOADING, "ValueError: Invalid repository ID or local directory specified: '/models/nope'."),
-    (WEIGHT_LOADING, "ValueError: Could not detect config format for no config file found. With config_format 'auto', ensure your model has either config.json (HF format) or params.json (Mistral format)."),
-    (WEIGHT_LOADING, "safetensors_rust.SafetensorError: Error while deserializing header: HeaderTooLarge"),
-    (WEIGHT_LOADING, "  Value error, Quantization method specified in the model config (fp8) does not match the quantization method specified in the `quantization` argument (awq). [type=value_error, input_value=ArgsKwargs((), {...}), input_type=ArgsKwargs]"),
-    (WEIGHT_LOADING, "ValueError: Cannot find the config file for awq"),
-    (WEIGHT_LOADING, "ValueError: Model architectures ['HunYuanFooForCausalLM'] are not supported for now. Supported architectures: dict_keys([...])"),
-    (WEIGHT_LOADING, "FileNotFoundError: [Errno 2] No such file or directory: '/models/hy3/model-00007-of-00080.safetensors'"),
-    (MEMORY_ALLOCATION, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.16 GiB. GPU 0 has a total capacity of 79.19 GiB of which 531.00 MiB is free."),
-    (MEMORY_ALLOCATION, "RuntimeError: CUDA error: out of memory"),
-    (MEMORY_ALLOCATION, "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine."),
-    (MEMORY_ALLOCATION, "ValueError: To serve at least one request with the models's max seq len (262144), (7.17 GiB KV cache is needed, which is larger than the available KV cache memory (6.74 GiB). Based on the available memory, the estimated maximum model length is 232000. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."),
-    (MEMORY_ALLOCATION, "ValueError: The model's max seq len (131072) is larger than the maximum number of tokens that can be stored in KV cache (93760). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."),
-    (MEMORY_ALLOCATION, "ValueError: Free memory on device cuda:0 (7.34/15.49 GiB) on startup is less than desired GPU memory utilization (0.9, 13.94 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes."),
-    (MEMORY_ALLOCATION, "ValueError: Cannot auto-fit max_model_len: not enough GPU memory available to serve even a single token. Try increasing `gpu_memory_utilization`."),
-    (REQUEST, "(EngineCore pid=3876) ERROR 12-02 18:40:02 [core.py:1021] RuntimeError: Unsupported CPU attention configuration: head_dim=16"),
-    (REQUEST, "This model's maximum context length is 4096 tokens. However, your request has 5000 input tokens. Please reduce the length of the input messages."),
-    (REQUEST, "The model `hy3-typo` does not exist."),
-    (REQUEST, "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause."),
-]
+CASES = [tuple(line.rstrip("\n").split("\t", 1)) for line in open(
+    os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "vllm_failure_lines.tsv"), encoding="utf-8")
+    if not line.startswith("#")]
 
 
 @pytest.mark.parametrize("cls, line", CASES)

@@ -1,0 +1,126 @@
+#!/usr/bin/env python
+# -*- coding: utf-8 -*-
+"""hy3.fleet benchmark (not a test): prints three figures in one run.
+
+1. per-host overhead of deploy_hy3.yml, engine start excluded (steady state: engines already up,
+   nothing to change), against a bare template + service check + one request playbook on the
+   same hosts, as a ratio;
+2. hy3.fleet.nvml_facts against ansible.builtin.setup on the same hosts, as a ratio;
+3. hy3_budget's computation over 10,000 synthetic hosts.
+
+The hosts are local (connection: local) with fake NVML profiles; the engine is bench/stub_engine,
+which answers at once, so (1) is Ansible's cost, not vLLM's. Run: .venv/bin/python bench/run_bench.py
+"""
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.dirname(sys.executable)
+HOSTS = 3
+REPEAT = int(os.environ.get("HY3_BENCH_REPEAT", "3"))
+
+
+def collections_root():
+    path = tempfile.mkdtemp(prefix="hy3-bench-collections-")
+    os.makedirs(os.path.join(path, "ansible_collections", "hy3"))
+    os.symlink(ROOT, os.path.join(path, "ansible_collections", "hy3", "fleet"))
+    return path
+
+
+def inventory(base):
+    model = os.path.join(base, "model")
+    os.makedirs(model)
+    for name, content in (("config.json", "{}"), ("model.safetensors", "")):
+        with open(os.path.join(model, name), "w") as handle:
+            handle.write(content)
+    hosts = {}
+    for i in range(HOSTS):
+        gpus = os.path.join(base, "gpus-%d.json" % i)
+        with open(gpus, "w") as handle:
+            json.dump({"gpus": [{"name": "NVIDIA H200", "total_gib": 140, "used_gib": 1 + i}] * 8}, handle)
+        hosts["bench-%d" % i] = {
+            "hy3_serve_root": os.path.join(base, "host-%d" % i), "hy3_facts_dir": os.path.join(base, "facts-%d" % i),
+            "hy3_serve_port": 18600 + i,
+            "hy3_environment": {"PYTHONPATH": os.path.join(ROOT, "tests", "fakes"), "HY3_FAKE_NVML_PROFILE": gpus},
+        }
+    common = {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+        "hy3_serve_mode": "pid", "hy3_serve_python": sys.executable, "hy3_api_key": "bench-key",
+        "hy3_serve_environment": {"PYTHONPATH": os.path.join(ROOT, "bench", "stub_engine")},
+        "hy3_tiers": [{"name": "fp8", "weights_dir": model}], "hy3_max_model_len": 32768, "hy3_max_num_seqs": 4,
+        "hy3_verify_timeout": 60, "hy3_report_dir": os.path.join(base, "report"),
+    }
+    path = os.path.join(base, "inventory.yml")
+    with open(path, "w") as handle:
+        yaml.safe_dump({"gpu_nodes": {"hosts": hosts, "vars": common}}, handle)
+    return path, hosts
+
+
+def timed(env, *cmd):
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, check=False, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        sys.exit("benchmark command failed: %s\n%s" % (" ".join(cmd), proc.stdout[-3000:]))
+    return elapsed
+
+
+def median_time(env, *cmd):
+    return statistics.median([timed(env, *cmd) for attempt in range(REPEAT)])
+
+
+def budget_10k():
+    from ansible_collections.hy3.fleet.plugins.module_utils import budget  # noqa: E402
+    rng = random.Random(0)
+    tiers = [{"name": n, "present": True, "measured_bytes": None} for n in ("bf16", "fp8", "int4")]
+    hosts = []
+    for host in range(10000):
+        count = rng.choice((4, 8))
+        total = rng.choice((40, 80, 96, 141)) * 1024 ** 3
+        hosts.append([{"index": "%d/%d" % (host, i), "total": total, "free": int(total * rng.uniform(0.5, 1.0))}
+                      for i in range(count)])
+    start = time.perf_counter()
+    verdicts = {}
+    for gpus in hosts:
+        verdict = budget.plan(budget.HY3_PROFILE, tiers, gpus, max_model_len=131072, max_num_seqs=16)["verdict"]
+        verdicts[verdict.split(" ")[0]] = verdicts.get(verdict.split(" ")[0], 0) + 1
+    return time.perf_counter() - start, verdicts
+
+
+def main():
+    base = tempfile.mkdtemp(prefix="hy3-bench-")
+    cols = collections_root()
+    sys.path.insert(0, cols)
+    inv, hosts = inventory(base)
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=cols)
+    playbook = [os.path.join(BIN, "ansible-playbook"), "-i", inv]
+    adhoc = [os.path.join(BIN, "ansible"), "gpu_nodes", "-i", inv]
+    try:
+        timed(env, *playbook + ["playbooks/deploy_hy3.yml"])               # warm-up: starts the engines
+        deploy = median_time(env, *playbook + ["playbooks/deploy_hy3.yml"])
+        bare = median_time(env, *playbook + ["bench/bare_rollout.yml"])
+        facts_env = dict(env, PYTHONPATH=os.path.join(ROOT, "tests", "fakes"),
+                         HY3_FAKE_NVML_PROFILE=hosts["bench-0"]["hy3_environment"]["HY3_FAKE_NVML_PROFILE"])
+        nvml = median_time(facts_env, *adhoc + ["-m", "hy3.fleet.nvml_facts"])
+        setup = median_time(facts_env, *adhoc + ["-m", "ansible.builtin.setup"])
+    finally:
+        for host in hosts.values():
+            subprocess.run([os.path.join(host["hy3_serve_root"], "bin", "engine.sh"), "stop"], check=False)
+    seconds, verdicts = budget_10k()
+    print("deploy_hy3 steady state: %.2f s for %d hosts (%.2f s/host); bare template+service+uri: %.2f s "
+          "(%.2f s/host); overhead ratio %.2fx" % (deploy, HOSTS, deploy / HOSTS, bare, bare / HOSTS, deploy / bare))
+    print("nvml_facts: %.2f s; setup: %.2f s (%d hosts); ratio %.2fx" % (nvml, setup, HOSTS, nvml / setup))
+    print("budget over 10,000 synthetic hosts: %.2f s (%.0f hosts/s); verdicts %s"
+          % (seconds, 10000 / seconds, json.dumps(verdicts, sort_keys=True)))
+
+
+if __name__ == "__main__":
+    main()
