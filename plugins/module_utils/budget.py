@@ -303,7 +303,7 @@ def plan(profile, tiers, gpus, gpu_memory_utilization=0.9, runtime_overhead_gib=
         "verdict": "fits" if steps == 0 else "retreated %d step%s" % (steps, "" if steps == 1 else "s"),
         "steps_retreated": steps,
         "quantization": tier["name"],
-        "vllm_quantization": tier.get("quantization", TIER_DEFAULT_QUANTIZATION[tier["name"]]),
+        "vllm_quantization": tier.get("quantization") or TIER_DEFAULT_QUANTIZATION[tier["name"]],
         "dtype": tier.get("dtype") or "bfloat16",
         "weights_dir": tier.get("weights_dir"),
         "max_model_len": state["max_model_len"],

@@ -9,11 +9,15 @@ weight-loading class, get its previous config back and serve again, the third ho
 run 4 follows a driver upgrade on the first host (reconfigure, restart once, record); run 5 sees
 a driver/library mismatch and stops with the remedy, the running config untouched.
 """
+import functools
 import json
+import operator
 import os
 import re
 import shutil
 import socket
+import struct
+import subprocess
 import sys
 
 import pytest
@@ -23,8 +27,7 @@ from ansible_cli import ROOT, run
 if os.environ.get("HY3_SKIP_E2E"):
     pytest.skip("HY3_SKIP_E2E is set", allow_module_level=True)
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import tiny_model  # noqa: E402
+TINY_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tiny_model.py")
 
 GIB = 1024 ** 3
 HOSTS = ("node-a", "node-b", "node-c")
@@ -44,16 +47,15 @@ def free_port():
 
 
 def count_params(model_dir):
-    from safetensors import safe_open
+    """Parameters in the checkpoint, from the safetensors headers (8-byte length, then JSON)."""
     total = 0
     for name in os.listdir(model_dir):
         if name.endswith(".safetensors"):
-            with safe_open(os.path.join(model_dir, name), "pt") as handle:
-                for key in handle.keys():
-                    numel = 1
-                    for dim in handle.get_slice(key).get_shape():
-                        numel *= dim
-                    total += numel
+            with open(os.path.join(model_dir, name), "rb") as handle:
+                header = json.loads(handle.read(struct.unpack("<Q", handle.read(8))[0]))
+            for key, tensor in header.items():
+                if key != "__metadata__":
+                    total += functools.reduce(operator.mul, tensor["shape"], 1)
     return total
 
 
@@ -69,7 +71,8 @@ def corrupt_copy(model_dir, dest):
 def fleet(tmp_path_factory):
     base = tmp_path_factory.mktemp("fleet")
     model = str(base / "tiny-model")
-    tiny_model.make(model)
+    # torch in a process of its own: ansible's module_utils patch sys.intern, which torch.compile rejects
+    subprocess.run([sys.executable, TINY_MODEL, model], check=True)
     broken = corrupt_copy(model, str(base / "tiny-model-broken"))
     profile = {"name": "tiny-llama", "total_params_b": count_params(model) / 1e9, "active_params_b": 0,
                "num_layers": 2, "num_attention_heads": 4, "num_kv_heads": 2, "head_dim": 64, "max_context": 1024}

@@ -43,6 +43,7 @@ def test_skips_missing_tier_and_reports_measured_size(tmp_path):
                   {"name": "fp8", "weights_dir": weights(tmp_path, "fp8", total_size=3_000_000_000)}]})
     r = out.result
     assert r["quantization"] == "fp8" and r["skipped_tiers"][0]["quantization"] == "bf16"
+    assert r["vllm_quantization"] == "fp8" and r["dtype"] == "bfloat16"
     assert r["budget_bytes"]["weights_nominal"] == 1_000_000_000
     assert r["budget_bytes"]["weights_measured"] == 3_000_000_000 == r["budget_bytes"]["weights"]
 
@@ -80,3 +81,13 @@ def test_bad_inputs_fail_cleanly(tmp_path):
         out = run_module(hy3_budget.main, dict(base, **extra))
         assert out.failed, extra
         assert message in out.result["msg"], (extra, out.result["msg"])
+
+
+def test_tier_quantization_override(tmp_path):
+    r = run_module(hy3_budget.main, {"gpus": devices(1, 16, 16), "model": TINY, "max_model_len": 1024,
+                                     "max_num_seqs": 1, "tiers": [{"name": "int4", "quantization": "awq_marlin",
+                                                                   "weights_dir": weights(tmp_path, "int4")}]}).result
+    assert r["vllm_quantization"] == "awq_marlin"
+    r = run_module(hy3_budget.main, {"gpus": devices(1, 16, 16), "model": TINY, "max_model_len": 1024,
+                                     "max_num_seqs": 1, "tiers": [{"name": "int4", "weights_dir": str(tmp_path / "int4")}]})
+    assert r.result["vllm_quantization"] is None                      # read from the checkpoint
