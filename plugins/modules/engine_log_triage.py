@@ -23,14 +23,8 @@ description:
     with the budget.
 author:
   - hy3.fleet maintainers (@hy3-fleet)
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-    details: Only reads.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
+extends_documentation_fragment:
+  - hy3.fleet.read_only
 options:
   log_path:
     description: The engine log of the current start.

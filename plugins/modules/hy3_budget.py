@@ -32,14 +32,8 @@ description:
   - All sizes are reported in GiB (2^30 bytes), the unit vLLM logs use, and in bytes.
 author:
   - hy3.fleet maintainers (@hy3-fleet)
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-    details: Only reads the weight directories; runs the same in check mode.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
+extends_documentation_fragment:
+  - hy3.fleet.read_only
 options:
   gpus:
     description:

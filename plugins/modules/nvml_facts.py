@@ -27,14 +27,9 @@ author:
   - hy3.fleet maintainers (@hy3-fleet)
 requirements:
   - nvidia-ml-py (import name pynvml) on the target, or nvidia-smi on its PATH
+extends_documentation_fragment:
+  - hy3.fleet.read_only
 attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-    details: Only reads; runs the same in check mode.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
-    support: none
   facts:
     description: Action returns an C(ansible_facts) dictionary that will update existing host facts.
     support: full
