@@ -157,6 +157,7 @@ def _fits(table):
 
 
 def _round_down(value, multiple):
+    """value rounded down to a multiple; a value below one multiple is kept (short beats none)."""
     return (value // multiple) * multiple if value >= multiple else value
 
 

@@ -23,12 +23,12 @@ def test_build_install_and_doc_every_module(tmp_path):
     tarball = glob.glob(str(tmp_path / "hy3-fleet-*.tar.gz"))
     assert len(tarball) == 1
     dest = tmp_path / "collections"
-    proc = cli(tmp_path, "ansible-galaxy", "collection", "install", "-p", str(dest), tarball[0])
+    env = {"ANSIBLE_COLLECTIONS_PATH": str(dest)}   # only there: molecule/ansible-lint may have installed it elsewhere
+    proc = cli(tmp_path, "ansible-galaxy", "collection", "install", "-p", str(dest), tarball[0], env=env)
     assert proc.returncode == 0, proc.stdout
     installed = dest / "ansible_collections" / "hy3" / "fleet"
     assert (installed / "plugins" / "module_utils" / "budget.py").is_file()
     assert not (installed / ".venv").exists()
-    env = {"ANSIBLE_COLLECTIONS_PATH": str(dest)}
     assert MODULES == ["engine_log_triage", "hy3_budget", "nvml_facts"]
     for module in MODULES:
         proc = cli(tmp_path, "ansible-doc", "hy3.fleet." + module, env=env)
