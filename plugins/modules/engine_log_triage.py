@@ -156,7 +156,8 @@ def main():
         module.fail_json(msg="timeout must be >= 0 and interval > 0")
     start = time.time()
     while True:
-        result = log_triage.classify(read_text(p["log_path"]))
+        text = read_text(p["log_path"])
+        result = log_triage.classify(text)
         alive = process_alive(p["pid_file"]) if p["pid_file"] else None
         if result["ready"] and p["health_url"]:
             result["ready"] = healthy(p["health_url"])
@@ -169,7 +170,7 @@ def main():
         if result["failure_class"]:
             module.fail_json(msg=log_triage.describe(result), **result)
         if not result["ready"]:
-            tail = [line for line in read_text(p["log_path"]).splitlines() if line.strip()][-3:]
+            tail = [line for line in text.splitlines() if line.strip()][-3:]
             why = "the engine process exited" if alive is False else "not ready after %ss" % p["timeout"]
             module.fail_json(msg="engine startup failed, unclassified: %s; last log lines: %s; next step: read %s"
                                  % (why, " | ".join(tail), p["log_path"]), **result)
