@@ -6,9 +6,9 @@
    nothing to change), against a bare template + service check + one request playbook on the
    same hosts, as a ratio;
 2. hy3.fleet.nvml_facts against ansible.builtin.setup on the same hosts, as a ratio;
-3. hy3_budget's computation over 10,000 synthetic hosts.
+3. engine_budget's computation over 10,000 synthetic hosts.
 
-The hosts are local (connection: local) with fake NVML profiles; the engine is bench/stub_engine,
+The hosts are local (connection: local) with fake NVML profiles; the engine is tests/fakes/stub_engine,
 which answers at once, so (1) is Ansible's cost, not vLLM's. Run: .venv/bin/python bench/run_bench.py
 """
 import json
@@ -54,7 +54,7 @@ def inventory(base):
     common = {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
         "hy3_serve_mode": "pid", "hy3_serve_python": sys.executable, "hy3_api_key": "bench-key",
-        "hy3_serve_environment": {"PYTHONPATH": os.path.join(ROOT, "bench", "stub_engine")},
+        "hy3_serve_environment": {"PYTHONPATH": os.path.join(ROOT, "tests", "fakes", "stub_engine")},
         "hy3_tiers": [{"name": "fp8", "weights_dir": model}], "hy3_max_model_len": 32768, "hy3_max_num_seqs": 4,
         "hy3_verify_timeout": 60, "hy3_report_dir": os.path.join(base, "report"),
     }
@@ -79,6 +79,10 @@ def median_time(env, *cmd):
 
 def budget_10k():
     from ansible_collections.hy3.fleet.plugins.module_utils import budget  # noqa: E402
+    from ansible_collections.hy3.fleet.plugins.module_utils.model_config import model_profile  # noqa: E402
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from make_sample_checkpoints import hy3_config  # noqa: E402  (Hy3's real config.json numbers)
+    profile = model_profile(hy3_config("bf16"))
     rng = random.Random(0)
     tiers = [{"name": n, "present": True, "measured_bytes": None} for n in ("bf16", "fp8", "int4")]
     hosts = []
@@ -90,7 +94,7 @@ def budget_10k():
     start = time.perf_counter()
     verdicts = {}
     for gpus in hosts:
-        verdict = budget.plan(budget.HY3_PROFILE, tiers, gpus, max_model_len=131072, max_num_seqs=16)["verdict"]
+        verdict = budget.plan(profile, tiers, gpus, max_model_len=131072, max_num_seqs=16)["verdict"]
         verdicts[verdict.split(" ")[0]] = verdicts.get(verdict.split(" ")[0], 0) + 1
     return time.perf_counter() - start, verdicts
 

@@ -3,4 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
+# Stand-in Hy3 checkpoints (sparse files with real headers), written once outside the checkout
+# ($HY3_SAMPLE_WEIGHTS or ~/.cache/hy3-fleet/sample-weights); see examples/weights/README.md.
+.venv/bin/python scripts/make_sample_checkpoints.py
 exec .venv/bin/ansible-playbook playbooks/budget_report.yml -i examples/inventory "$@"

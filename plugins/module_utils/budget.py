@@ -1,16 +1,21 @@
 # -*- coding: utf-8 -*-
 # Copyright: hy3.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+#
+# Private to the hy3.fleet collection: not a public API, it can change in any release without a
+# deprecation period. Do not import it from other collections or your own plugins.
 """Per-host memory budget for a vLLM deployment: pure arithmetic, no I/O.
 
-The model follows how vLLM really sizes its KV cache (V1 engine):
-  * it asks for ``gpu_memory_utilization x TOTAL`` bytes per GPU and refuses to
-    start when FREE memory is below that, so the utilization is lowered to what
-    is free (rounded down to 0.01);
-  * KV bytes = that request - weights per tensor-parallel rank - runtime overhead;
-  * KV bytes per token = 2 x layers x max(1, kv_heads // tp) x head_dim x dtype
-    bytes (MLA: layers x latent dim x dtype bytes, not split by tp);
-  * reported KV tokens = whole blocks of ``block_size`` tokens.
+Per GPU (per tensor-parallel rank), the way vLLM's V1 engine accounts:
+  * it asks for ``ceil(gpu_memory_utilization x TOTAL)`` bytes and refuses to start when FREE memory
+    is below that, so the utilization is lowered to what is free (rounded down to 0.01);
+  * KV bytes = that request - weights per rank - the engine's own overhead (engine_memory: the
+    profile run's activation peak, non-torch memory, the CUDA-graph estimate where counted), or
+    exactly ``kv_cache_memory_bytes`` when the engine is told so (VLLM_CPU_KVCACHE_SPACE on CPU);
+  * the KV bytes become blocks, tokens and concurrency by layer group (kv_layout).
+Two verdicts: "starts" (one max_model_len request fits: the check vLLM makes at start) and
+"meets the target" (max_num_seqs requests of max_model_len fit), which drives the retreat:
+(1) a lower quantization tier with weight files, (2) max_model_len, (3) max_num_seqs.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -18,6 +23,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import math
+
+from ansible_collections.hy3.fleet.plugins.module_utils import calibration, engine_memory, kv_layout
 
 GIB = 1024 ** 3
 
@@ -30,19 +37,16 @@ TIER_DEFAULT_QUANTIZATION = {"bf16": None, "fp16": None, "fp8": "fp8", "int8": N
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4, "auto": 2}
 KV_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+PLATFORMS = ("cuda", "cpu")
 
-HY3_PROFILE = {
-    "name": "Hy3",
-    "total_params_b": 295.0,
-    "active_params_b": 21.0,
-    "mtp_params_b": 3.8,
-    "num_layers": 80,
-    "num_attention_heads": 64,
-    "num_kv_heads": 8,
-    "head_dim": 128,
-    "max_context": 262144,
-    "mla_latent_dim": 0,
-}
+# Machine status beside every verdict sentence.
+FITS, RETREATED, CANNOT_HOLD = "fits", "retreated", "cannot_hold"
+# Where the overhead between weights and KV cache came from.
+OVERHEAD_MODEL, OVERHEAD_CALIBRATED, OVERHEAD_OVERRIDE, OVERHEAD_EXPLICIT_KV = (
+    "model", "calibrated", "override", "explicit_kv")
+
+PROFILE_FIELDS = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+                  "hidden_size", "intermediate_size", "vocab_size", "max_position_embeddings")
 
 
 class BudgetInputError(ValueError):
@@ -59,47 +63,50 @@ def _require(cond, message):
 
 
 def validate_profile(profile):
-    for key in ("total_params_b", "num_layers", "num_kv_heads", "head_dim", "max_context"):
-        _require(profile.get(key) is not None and profile[key] > 0,
-                 "model profile: %s must be a positive number, got %r" % (key, profile.get(key)))
-    for key in ("active_params_b", "mtp_params_b", "mla_latent_dim"):
-        _require((profile.get(key) or 0) >= 0,
-                 "model profile: %s must not be negative, got %r" % (key, profile.get(key)))
-    _require((profile.get("active_params_b") or 0) <= profile["total_params_b"],
-             "model profile: active_params_b (%s) cannot exceed total_params_b (%s)"
-             % (profile.get("active_params_b"), profile["total_params_b"]))
+    for key in PROFILE_FIELDS:
+        value = profile.get(key)
+        _require(isinstance(value, int) and not isinstance(value, bool) and value > 0,
+                 "model profile: %s must be a positive integer, got %r" % (key, value))
+    params = profile.get("params") or {}
+    for key in ("total", "active", "mtp", "embedding"):
+        _require((params.get(key) or 0) >= 0, "model profile: params.%s must not be negative, got %r"
+                 % (key, params.get(key)))
+    _require((params.get("total") or 0) > 0, "model profile: params.total must be positive, got %r"
+             % params.get("total"))
+    _require((params.get("active") or 0) <= params["total"],
+             "model profile: params.active (%s) cannot exceed params.total (%s)" % (params.get("active"), params["total"]))
 
 
-def kv_bytes_per_token(profile, tp, kv_dtype_bytes):
-    """KV cache bytes one token occupies on one tensor-parallel rank."""
-    if profile.get("mla_latent_dim"):
-        return profile["num_layers"] * profile["mla_latent_dim"] * kv_dtype_bytes
-    heads_per_rank = max(1, profile["num_kv_heads"] // tp)
-    return 2 * profile["num_layers"] * heads_per_rank * profile["head_dim"] * kv_dtype_bytes
+def effective_bits(bits, quantization):
+    """Bits a quantized weight really takes: the value plus its group scale (and zero point) when
+    weights are quantized in groups (GPTQ/AWQ int4: 4 + 16/128 + 4/128)."""
+    group = (quantization or {}).get("group_size") or 0
+    if bits < 8 and group and group > 0:
+        return bits + (16.0 + bits) / group
+    return float(bits)
 
 
-def weight_params_b(profile, load_mtp):
-    """Parameters (billions) that must be resident: every expert, not only the active ones."""
-    mtp = (profile.get("mtp_params_b") or 0) if load_mtp else 0
-    return profile["total_params_b"] + mtp
-
-
-def nominal_weight_bytes(params_b, bits):
-    return int(params_b * 1e9 * bits / 8)
+def nominal_weight_bytes_per_rank(profile, bits, tp, load_mtp):
+    """The floor of one rank's weights from the parameter counts: every expert is resident,
+    embeddings and lm_head stay 16 bit (quantizers leave them out), everything split by tp."""
+    params = profile["params"]
+    total = params["total"] + (params.get("mtp") or 0 if load_mtp else 0)
+    embedding = min(params.get("embedding") or 0, total)
+    quantized = (total - embedding) * effective_bits(bits, profile.get("quantization")) / 8
+    return int((quantized + embedding * 2) // tp)
 
 
 def check_tensor_parallel(profile, tp, gpu_count):
     _require(gpu_count > 0, "no GPUs in the facts: nothing to budget")
     _require(tp >= 1, "tensor_parallel_size must be at least 1, got %s" % tp)
     _require(tp <= gpu_count, "tensor_parallel_size %d is more than the %d GPU(s) on this host" % (tp, gpu_count))
-    kv_heads = profile["num_kv_heads"]
-    if not profile.get("mla_latent_dim"):
+    kv_heads = profile["num_key_value_heads"]
+    if not profile.get("mla"):
         _require(kv_heads % tp == 0 or tp % kv_heads == 0,
                  "tensor_parallel_size %d does not divide the %d KV heads (nor is it a multiple of them); "
                  "pick a divisor of %d" % (tp, kv_heads, kv_heads))
-    heads = profile.get("num_attention_heads")
-    if heads:
-        _require(heads % tp == 0, "tensor_parallel_size %d does not divide the %d attention heads" % (tp, heads))
+    heads = profile["num_attention_heads"]
+    _require(heads % tp == 0, "tensor_parallel_size %d does not divide the %d attention heads" % (tp, heads))
 
 
 def effective_utilization(gpus, desired):
@@ -123,42 +130,96 @@ def effective_utilization(gpus, desired):
                   % (tightest.get("index", "?"), tightest["free"] / GIB, tightest["total"] / GIB, desired, util))
 
 
+def calibration_fields(ctx, state):
+    """The calibration key of one setting: what fixes the engine's overhead."""
+    engine = ctx["engine"]
+    return {
+        "gpu_name": engine.get("gpu_name"), "engine_version": engine.get("version"),
+        "model": engine.get("model_id") or ctx["profile"].get("architecture"),
+        "quantization": state["tier"]["name"], "tensor_parallel_size": ctx["tp"],
+        "max_num_batched_tokens": engine["max_num_batched_tokens"], "max_num_seqs": state["max_num_seqs"],
+        "enforce_eager": bool(engine.get("enforce_eager")), "kv_cache_dtype": ctx["kv_cache_dtype"],
+    }
+
+
+def overhead_lines(ctx, state):
+    """The per-rank terms between the weights and the KV cache, where they came from, and the
+    calibration entry used (or None)."""
+    engine = ctx["engine"]
+    if engine.get("kv_cache_memory_bytes"):
+        return {"total": 0}, OVERHEAD_EXPLICIT_KV, None
+    entry = calibration.lookup(engine.get("calibration_entries"), calibration_fields(ctx, state))
+    if entry:
+        return {"calibrated": entry["overhead_bytes"], "total": entry["overhead_bytes"]}, OVERHEAD_CALIBRATED, entry
+    if engine.get("runtime_overhead_gib") is not None:
+        flat = int(engine["runtime_overhead_gib"] * GIB)
+        return {"runtime_overhead": flat, "total": flat}, OVERHEAD_OVERRIDE, None
+    settings = dict(engine, max_num_seqs=state["max_num_seqs"])
+    return engine_memory.overhead(ctx["profile"], ctx["tp"], settings), OVERHEAD_MODEL, None
+
+
 def evaluate(state, ctx):
     """Budget table for one (tier, max_model_len, max_num_seqs) state, all in bytes."""
-    tier = state["tier"]
-    tp = ctx["tp"]
-    nominal = nominal_weight_bytes(ctx["params_b"], tier["bits"]) // tp
-    measured = (tier["measured_bytes"] // tp) if tier.get("measured_bytes") else None
-    weights = max(nominal, measured or 0)
-    kv_bytes = DTYPE_BYTES.get(tier.get("dtype") or "bfloat16", 2)
-    kv_bytes = KV_DTYPE_BYTES.get(ctx["kv_cache_dtype"], kv_bytes)
-    per_token = kv_bytes_per_token(ctx["profile"], tp, kv_bytes)
-    available = ctx["engine_bytes"] - weights - ctx["overhead_bytes"]
-    needed = state["max_model_len"] * state["max_num_seqs"] * per_token
-    block_bytes = per_token * ctx["block_size"]
-    tokens = (available // block_bytes) * ctx["block_size"] if available > 0 else 0
+    tier, tp, engine = state["tier"], ctx["tp"], ctx["engine"]
+    profile = ctx["profile"]
+    nominal = nominal_weight_bytes_per_rank(profile, tier["bits"], tp, ctx["load_mtp"])
+    measured = tier.get("weight_bytes_per_rank")
+    if measured is None and tier.get("measured_bytes"):
+        measured = tier["measured_bytes"] // tp
+    # Header-measured bytes are exact; the parameter arithmetic is the floor when there are none.
+    weights = measured if measured else nominal
+    lines, source, entry = overhead_lines(ctx, state)
+    available = int(engine["kv_cache_memory_bytes"]) if source == OVERHEAD_EXPLICIT_KV else ctx["engine_bytes"] - weights - lines["total"]
+    kv_dtype_bytes = KV_DTYPE_BYTES.get(ctx["kv_cache_dtype"], DTYPE_BYTES.get(tier.get("dtype") or "bfloat16", 2))
+    draft_layers = (profile.get("num_nextn_predict_layers") or 0) if ctx["load_mtp"] else 0
+    layout = kv_layout.layout(profile, tp, kv_dtype_bytes, ctx["block_size"], state["max_model_len"],
+                              engine["max_num_batched_tokens"], draft_layers)
+    cap = kv_layout.capacity(layout, available, engine.get("tokens_from_concurrency", True))
+    one_request = kv_layout.bytes_for_requests(layout, 1)
+    needed = kv_layout.bytes_for_requests(layout, state["max_num_seqs"])
     return {
         "free": ctx["free_min"],
         "engine_request": ctx["engine_bytes"],
         "weights_nominal": nominal,
         "weights_measured": measured,
         "weights": weights,
-        "overhead": ctx["overhead_bytes"],
+        "activation_peak": lines.get("activation_peak"),
+        "moe_workspace": lines.get("moe_workspace"),
+        "non_torch": lines.get("non_torch"),
+        "cudagraph": lines.get("cudagraph"),
+        "overhead": lines["total"],
+        "overhead_source": source,
+        "calibrated_by": {k: entry.get(k) for k in ("host", "measured_at")} if entry else None,
         "kv_available": available,
+        "kv_one_request": one_request,
         "kv_needed": needed,
         "headroom": available - needed,
-        "kv_bytes_per_token": per_token,
-        "kv_cache_tokens": tokens,
+        "kv_bytes_per_token": int(round(kv_layout.bytes_per_token(layout))),
+        "kv_cache_tokens": cap["tokens"],
+        "kv_cache_blocks": cap["num_blocks"],
+        "max_concurrency": cap["max_concurrency"],
+        # vLLM keeps one block back (the null block) before checking that one request fits.
+        "starts": available - layout["bytes_per_block"] >= one_request,
     }
 
 
+# Keys of a budget table that are counts or labels, not byte amounts.
+NOT_BYTES = ("kv_bytes_per_token", "kv_cache_tokens", "kv_cache_blocks", "max_concurrency", "starts",
+             "overhead_source", "calibrated_by")
+
+
 def _fits(table):
-    return table["kv_available"] > 0 and table["headroom"] >= 0
+    return table["starts"] and table["headroom"] >= 0
 
 
-def _round_down(value, multiple):
-    """value rounded down to a multiple; a value below one multiple is kept (short beats none)."""
-    return (value // multiple) * multiple if value >= multiple else value
+def table_in_gib(table):
+    out = {}
+    for key, value in table.items():
+        if key in NOT_BYTES:
+            out[key] = value
+        else:
+            out[key] = gib(value) if value is not None else None
+    return out
 
 
 def _step(action, state, table):
@@ -168,49 +229,41 @@ def _step(action, state, table):
         "max_model_len": state["max_model_len"],
         "max_num_seqs": state["max_num_seqs"],
         "fits": _fits(table),
+        "starts": table["starts"],
         "table_gib": table_in_gib(table),
     }
 
 
-def table_in_gib(table):
-    out = {}
-    for key, value in table.items():
-        if key in ("kv_bytes_per_token", "kv_cache_tokens"):
-            out[key] = value
+def _largest_fitting(low, high, fits):
+    """Largest value in [low, high] for which fits(value) holds (fits is monotone), else None."""
+    if low > high or not fits(low):
+        return None
+    while low < high:
+        mid = (low + high + 1) // 2
+        if fits(mid):
+            low = mid
         else:
-            out[key] = gib(value) if value is not None else None
-    return out
+            high = mid - 1
+    return low
 
 
-def plan(profile, tiers, gpus, gpu_memory_utilization=0.9, runtime_overhead_gib=4.0,
-         kv_cache_dtype="auto", max_model_len=None, min_max_model_len=None,
-         max_num_seqs=16, min_max_num_seqs=1, tensor_parallel_size=None,
-         block_size=16, max_model_len_multiple=1024, load_mtp=False):
-    """Choose quantization, max_model_len and max_num_seqs that fit this host.
-
-    tiers: dicts with name, present (weight files exist), measured_bytes (or None),
-    dtype, quantization, weights_dir.  gpus: dicts with index, total, free (bytes;
-    free already includes memory our own engine holds and would give back).
-    Retreat order when the KV need exceeds what is left, one variable at a time:
-    (1) next lower tier with weight files, (2) max_model_len down to the minimum,
-    (3) max_num_seqs down to the minimum.
-    """
+def validate_request(profile, tiers, gpus, gpu_memory_utilization, kv_cache_dtype, block_size,
+                     max_model_len_multiple, engine):
     validate_profile(profile)
     _require(0 < gpu_memory_utilization <= 1,
              "gpu_memory_utilization must be in (0, 1], got %s" % gpu_memory_utilization)
-    _require(runtime_overhead_gib >= 0, "runtime_overhead_gib must not be negative, got %s" % runtime_overhead_gib)
+    overhead = engine.get("runtime_overhead_gib")
+    _require(overhead is None or overhead >= 0, "runtime_overhead_gib must not be negative, got %s" % overhead)
+    _require(engine.get("platform", "cuda") in PLATFORMS,
+             "unknown engine platform %r; use %s" % (engine.get("platform"), " or ".join(PLATFORMS)))
+    _require(engine.get("platform", "cuda") != "cpu" or engine.get("kv_cache_memory_bytes"),
+             "the CPU engine sizes its KV cache from VLLM_CPU_KVCACHE_SPACE (or kv-cache-memory-bytes): "
+             "set it so the budget can predict the KV cache")
+    _require((engine.get("kv_cache_memory_bytes") or 0) >= 0, "kv_cache_memory_bytes must not be negative")
+    _require((engine.get("max_num_batched_tokens") or 1) > 0, "max_num_batched_tokens must be positive")
     _require(kv_cache_dtype == "auto" or kv_cache_dtype in KV_DTYPE_BYTES,
              "unknown kv_cache_dtype %r; use auto, %s" % (kv_cache_dtype, ", ".join(sorted(KV_DTYPE_BYTES))))
     _require(block_size > 0 and max_model_len_multiple > 0, "block_size and max_model_len_multiple must be positive")
-    max_model_len = max_model_len or profile["max_context"]
-    min_max_model_len = min_max_model_len or min(4096, max_model_len)
-    _require(max_model_len > 0 and min_max_model_len > 0, "max_model_len values must be positive")
-    _require(min_max_model_len <= max_model_len,
-             "min_max_model_len %d is above max_model_len %d" % (min_max_model_len, max_model_len))
-    _require(max_model_len <= profile["max_context"],
-             "max_model_len %d is above the model's context %d (vLLM refuses it)" % (max_model_len, profile["max_context"]))
-    _require(1 <= min_max_num_seqs <= max_num_seqs,
-             "need 1 <= min_max_num_seqs (%s) <= max_num_seqs (%s)" % (min_max_num_seqs, max_num_seqs))
     _require(tiers, "no quantization tiers on offer")
     for tier in tiers:
         _require(tier["name"] in TIER_BITS,
@@ -222,15 +275,63 @@ def plan(profile, tiers, gpus, gpu_memory_utilization=0.9, runtime_overhead_gib=
                  "GPU %s: memory figures are not usable (total %r, free %r)"
                  % (gpu.get("index", "?"), gpu.get("total"), gpu.get("free")))
 
+
+def resolve_engine(engine, gpus, desired_utilization, max_num_seqs):
+    """The engine settings the budget models: the user's, else the engine version's own defaults."""
+    engine = dict(engine or {})
+    totals = [g.get("total") for g in gpus if isinstance(g.get("total"), (int, float))]
+    total = min(totals) if totals else 0
+    defaults = engine_memory.engine_defaults(engine.get("version"), engine.get("gpu_name"), total)
+    resolved = dict(defaults, **{k: v for k, v in engine.items() if v is not None})
+    resolved["platform"] = resolved.get("platform") or "cuda"
+    resolved["max_num_batched_tokens_source"] = "set" if engine.get("max_num_batched_tokens") else "engine default"
+    if resolved["platform"] == "cpu":
+        resolved["cudagraph_counted"] = False      # the CPU engine captures no CUDA graphs
+    utilization = desired_utilization or defaults["gpu_memory_utilization"]
+    seqs = max_num_seqs or defaults["max_num_seqs"]
+    return resolved, utilization, seqs
+
+
+def plan(profile, tiers, gpus, gpu_memory_utilization=None, kv_cache_dtype="auto", max_model_len=None,
+         min_max_model_len=None, max_num_seqs=None, min_max_num_seqs=1, tensor_parallel_size=None,
+         block_size=None, max_model_len_multiple=1024, load_mtp=False, engine=None):
+    """Choose quantization, max_model_len and max_num_seqs that fit this host.
+
+    profile: the model profile read from config.json (model_config.model_profile).
+    tiers: dicts with name, present (weight files intact), bits (else the tier's), measured_bytes
+    (checkpoint total) or weight_bytes_per_rank, dtype, quantization, weights_dir, reason.
+    gpus: dicts with index, total, free (bytes; free already counts our own engine's memory).
+    engine: version, platform (cuda|cpu), gpu_name, max_num_batched_tokens, enforce_eager,
+    kv_cache_memory_bytes, runtime_overhead_gib (a flat override), model_id and calibration_entries
+    (the calibration store's entries: one whose key matches a setting replaces the modelled
+    overhead); unset knobs take the engine version's defaults.
+    """
+    engine, gpu_memory_utilization, max_num_seqs = resolve_engine(engine, gpus, gpu_memory_utilization,
+                                                                  max_num_seqs)
+    block_size = block_size or engine_memory.default_block_size(engine["platform"], bool(profile.get("mla")))
+    validate_request(profile, tiers, gpus, gpu_memory_utilization, kv_cache_dtype, block_size,
+                     max_model_len_multiple, engine)
+    context = profile["max_position_embeddings"]
+    max_model_len = max_model_len or context
+    min_max_model_len = min_max_model_len or min(4096, max_model_len)
+    _require(max_model_len > 0 and min_max_model_len > 0, "max_model_len values must be positive")
+    _require(min_max_model_len <= max_model_len,
+             "min_max_model_len %d is above max_model_len %d" % (min_max_model_len, max_model_len))
+    _require(max_model_len <= context,
+             "max_model_len %d is above the model's context %d (vLLM refuses it)" % (max_model_len, context))
+    _require(1 <= min_max_num_seqs <= max_num_seqs,
+             "need 1 <= min_max_num_seqs (%s) <= max_num_seqs (%s)" % (min_max_num_seqs, max_num_seqs))
+
     tp = len(gpus) if tensor_parallel_size is None else tensor_parallel_size
     check_tensor_parallel(profile, tp, len(gpus))
     used = gpus[:tp]
     util, util_reason = effective_utilization(used, gpu_memory_utilization)
 
-    offered = sorted((dict(t, bits=TIER_BITS[t["name"]]) for t in tiers), key=lambda t: -t["bits"])
+    offered = sorted((dict(t, bits=t.get("bits") or TIER_BITS[t["name"]]) for t in tiers), key=lambda t: -t["bits"])
     present = [t for t in offered if t.get("present")]
-    skipped = [{"quantization": t["name"], "reason": t.get("reason") or "no weight files"}
-               for t in offered if not t.get("present")]
+    skipped = [{"quantization": t["name"], "status": t.get("status") or "missing",
+                "reason": t.get("reason") or "no weight files"} for t in offered if not t.get("present")]
+    params = profile["params"]
     result = {
         "tensor_parallel_size": tp,
         "gpu_memory_utilization": util,
@@ -239,9 +340,10 @@ def plan(profile, tiers, gpus, gpu_memory_utilization=0.9, runtime_overhead_gib=
         "kv_cache_dtype": kv_cache_dtype,
         "free_gib_per_gpu": [gib(g["free"]) for g in used],
         "skipped_tiers": skipped,
-        "active_params_b": profile.get("active_params_b"),
-        "total_params_b": profile["total_params_b"],
-        "mtp_params_b": profile.get("mtp_params_b"),
+        "active_params_b": round((params.get("active") or 0) / 1e9, 2),
+        "total_params_b": round(params["total"] / 1e9, 2),
+        "mtp_params_b": round((params.get("mtp") or 0) / 1e9, 2),
+        "engine": engine_summary(engine),
         "ladder": [],
     }
     if not present:
@@ -252,15 +354,18 @@ def plan(profile, tiers, gpus, gpu_memory_utilization=0.9, runtime_overhead_gib=
 
     ctx = {
         "profile": profile, "tp": tp, "kv_cache_dtype": kv_cache_dtype, "block_size": block_size,
-        "params_b": weight_params_b(profile, load_mtp),
+        "load_mtp": load_mtp, "engine": engine,
         "free_min": min(g["free"] for g in used),
         "engine_bytes": min(int(math.ceil(g["total"] * util)) for g in used),
-        "overhead_bytes": int(runtime_overhead_gib * GIB),
     }
     state = {"tier": present[0], "max_model_len": max_model_len, "max_num_seqs": max_num_seqs}
     table = evaluate(state, ctx)
     ladder = result["ladder"]
     ladder.append(_step("initial", state, table))
+    result["_ctx"] = ctx
+
+    def meets(**change):
+        return _fits(evaluate(dict(state, **change), ctx))
 
     # (1) lower quantization tiers, one at a time
     for tier in present[1:]:
@@ -272,9 +377,15 @@ def plan(profile, tiers, gpus, gpu_memory_utilization=0.9, runtime_overhead_gib=
 
     # (2) lower max_model_len: the largest multiple that fits, never below the minimum
     if not _fits(table):
-        per_seq = state["max_num_seqs"] * table["kv_bytes_per_token"]
-        fit_len = _round_down(max(table["kv_available"], 0) // per_seq, max_model_len_multiple)
-        new_len = max(min_max_model_len, min(fit_len, state["max_model_len"]))
+        multiple = max_model_len_multiple
+        top = state["max_model_len"] // multiple
+        low = -(-min_max_model_len // multiple)
+        best = _largest_fitting(low, top, lambda k: meets(max_model_len=k * multiple))
+        if best:
+            new_len = best * multiple
+        else:   # no multiple fits: a length below one multiple is kept as it is (short beats none)
+            below = min(multiple - 1, state["max_model_len"])
+            new_len = _largest_fitting(min_max_model_len, below, lambda n: meets(max_model_len=n)) or min_max_model_len
         if new_len != state["max_model_len"]:
             state = dict(state, max_model_len=new_len)
             table = evaluate(state, ctx)
@@ -282,25 +393,47 @@ def plan(profile, tiers, gpus, gpu_memory_utilization=0.9, runtime_overhead_gib=
 
     # (3) lower max_num_seqs, never below the minimum
     if not _fits(table):
-        per_seq = state["max_model_len"] * table["kv_bytes_per_token"]
-        fit_seqs = max(table["kv_available"], 0) // per_seq
-        new_seqs = max(min_max_num_seqs, min(fit_seqs, state["max_num_seqs"]))
+        best = _largest_fitting(min_max_num_seqs, state["max_num_seqs"] - 1, lambda n: meets(max_num_seqs=n))
+        new_seqs = best or min_max_num_seqs
         if new_seqs != state["max_num_seqs"]:
             state = dict(state, max_num_seqs=new_seqs)
             table = evaluate(state, ctx)
             ladder.append(_step("lower max_num_seqs to %d" % new_seqs, state, table))
 
     if not _fits(table):
-        why = ("weights (%.2f GiB per GPU) and overhead (%.2f GiB) leave %.2f GiB for the KV cache, but the "
-               "smallest setting (%s, max_model_len %d, max_num_seqs %d) needs %.2f GiB"
+        why = ("weights (%.2f GiB per GPU) and the engine's overhead (%.2f GiB) leave %.2f GiB for the KV cache, "
+               "but the smallest setting (%s, max_model_len %d, max_num_seqs %d) needs %.2f GiB"
                % (table["weights"] / GIB, table["overhead"] / GIB, table["kv_available"] / GIB,
                   state["tier"]["name"], state["max_model_len"], state["max_num_seqs"], table["kv_needed"] / GIB))
         return _cannot_hold(result, state, table, why)
+    return _fitted(result, state, table)
 
+
+def engine_summary(engine):
+    keys = ("version", "platform", "gpu_name", "max_num_batched_tokens", "max_num_batched_tokens_source",
+            "enforce_eager", "expert_parallel", "cudagraph_counted", "kv_cache_memory_bytes", "runtime_overhead_gib",
+            "model_id")
+    return {k: engine.get(k) for k in keys}
+
+
+def _verdicts(table, max_num_seqs):
+    starts = ("starts: one request of max_model_len needs %.2f GiB of KV cache, %.2f GiB available"
+              % (table["kv_one_request"] / GIB, table["kv_available"] / GIB))
+    target = ("%s the target: %d requests need %.2f GiB, expected concurrency %.2f"
+              % ("meets" if table["headroom"] >= 0 else "misses", max_num_seqs, table["kv_needed"] / GIB,
+                 table["max_concurrency"]))
+    return {"starts": table["starts"], "meets_target": table["starts"] and table["headroom"] >= 0,
+            "starts_note": starts if table["starts"] else "does not " + starts, "target_note": target}
+
+
+def _fitted(result, state, table):
     tier = state["tier"]
-    steps = len(ladder) - 1
+    result["calibration_fields"] = calibration_fields(result.pop("_ctx"), state)
+    steps = len(result["ladder"]) - 1
+    result.update(_verdicts(table, state["max_num_seqs"]))
     result.update({
         "fits": True,
+        "status": FITS if steps == 0 else RETREATED,
         "verdict": "fits" if steps == 0 else "retreated %d step%s" % (steps, "" if steps == 1 else "s"),
         "steps_retreated": steps,
         "quantization": tier["name"],
@@ -312,17 +445,21 @@ def plan(profile, tiers, gpus, gpu_memory_utilization=0.9, runtime_overhead_gib=
         "budget_gib": table_in_gib(table),
         "budget_bytes": table,
         "kv_cache_tokens": table["kv_cache_tokens"],
-        "max_concurrency": round(table["kv_cache_tokens"]
-                                 / (math.ceil(state["max_model_len"] / block_size) * block_size), 2),
+        "max_concurrency": table["max_concurrency"],
         "shortfall_gib": 0.0,
     })
     return result
 
 
 def _cannot_hold(result, state, table, why):
+    ctx = result.pop("_ctx", None)
+    result["calibration_fields"] = calibration_fields(ctx, state) if ctx and state else None
     shortfall = -table["headroom"] if table else None
+    result.update(_verdicts(table, state["max_num_seqs"]) if table else
+                  {"starts": False, "meets_target": False, "starts_note": why, "target_note": why})
     result.update({
         "fits": False,
+        "status": CANNOT_HOLD,
         "verdict": "cannot hold",
         "steps_retreated": max(len(result["ladder"]) - 1, 0),
         "quantization": state["tier"]["name"] if state else None,
@@ -331,6 +468,7 @@ def _cannot_hold(result, state, table, why):
         "budget_gib": table_in_gib(table) if table else None,
         "budget_bytes": table,
         "kv_cache_tokens": table["kv_cache_tokens"] if table else 0,
+        "max_concurrency": table["max_concurrency"] if table else 0.0,
         "shortfall_gib": gib(shortfall) if shortfall is not None else None,
         "reason": "this host cannot hold the model: %s%s" % (
             why, "; short by %.2f GiB per GPU" % (shortfall / GIB) if shortfall is not None else ""),

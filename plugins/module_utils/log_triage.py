@@ -1,6 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: hy3.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+#
+# Private to the hy3.fleet collection: not a public API, it can change in any release without a
+# deprecation period. Do not import it from other collections or your own plugins.
 """Classify a vLLM engine log: weight loading, memory allocation or request stage failure.
 
 The patterns are vLLM's own messages (V1 engine, ~v0.10 - v0.32) and the errors of the
@@ -72,17 +75,27 @@ _COMPILED = [(cls, re.compile("|".join("(?:%s)" % p for p in pats))) for cls, pa
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 READY = re.compile(r"Application startup complete")
+# The engine's own word that it will not come up, whatever the cause (the cause, when it is one of the
+# classes above, is an earlier line). The API server can outlive its engine core, so the process alone
+# does not tell (vllm/v1/engine/utils.py wait_for_engine_startup, vllm/v1/engine/core.py).
+ENGINE_FAILED = re.compile(r"EngineCore failed to start|Engine core initialization failed"
+                           r"|Did not receive response from front-end process")
 KV_TOKENS = re.compile(r"(?:GPU|CPU) KV cache size: ([\d,]+) tokens")
 KV_GIB = re.compile(r"Available KV cache memory: (-?[\d.]+) GiB")
 WEIGHTS_GIB = re.compile(r"Model loading took ([\d.]+) GiB")
 CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
+CUDAGRAPH_ESTIMATE = re.compile(r"Estimated CUDA graph memory: ([\d.]+) GiB")
+GRAPH_CAPTURE = re.compile(r"Graph capturing finished in [\d.]+ secs?, took (-?[\d.]+) GiB")
+ENGINE_VERSION = re.compile(r"(?:LLM engine \(v|API server version |\bversion )(\d+\.\d+[\w.+-]*)")
+BATCHED_TOKENS = re.compile(r"max_num_batched_tokens=(\d+)")
 
 
 def classify(text):
     """Return the triage of one log text (str)."""
     result = {"failure_class": None, "line": None, "line_number": None, "next_step": None,
               "ready": False, "kv_cache_tokens": None, "kv_cache_gib": None, "weights_gib": None,
-              "max_concurrency": None}
+              "max_concurrency": None, "cudagraph_estimate_gib": None, "graph_capture_gib": None,
+              "engine_version": None, "max_num_batched_tokens": None, "engine_failed": None}
     for number, raw in enumerate(text.splitlines(), 1):
         line = _ANSI.sub("", raw).strip()
         if result["failure_class"] is None:
@@ -92,10 +105,17 @@ def classify(text):
                     break
         if READY.search(line):
             result["ready"] = True
+        if result["engine_failed"] is None and ENGINE_FAILED.search(line):
+            result["engine_failed"] = line
         _capture(result, "kv_cache_tokens", KV_TOKENS, line, lambda m: int(m.group(1).replace(",", "")))
         _capture(result, "kv_cache_gib", KV_GIB, line, lambda m: float(m.group(1)))
         _capture(result, "weights_gib", WEIGHTS_GIB, line, lambda m: float(m.group(1)))
         _capture(result, "max_concurrency", CONCURRENCY, line, lambda m: float(m.group(2)))
+        _capture(result, "cudagraph_estimate_gib", CUDAGRAPH_ESTIMATE, line, lambda m: float(m.group(1)))
+        _capture(result, "graph_capture_gib", GRAPH_CAPTURE, line, lambda m: float(m.group(1)))
+        _capture(result, "max_num_batched_tokens", BATCHED_TOKENS, line, lambda m: int(m.group(1)))
+        if result["engine_version"] is None:
+            _capture(result, "engine_version", ENGINE_VERSION, line, lambda m: m.group(1).rstrip("."))
     return result
 
 

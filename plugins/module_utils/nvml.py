@@ -1,6 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: hy3.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+#
+# Private to the hy3.fleet collection: not a public API, it can change in any release without a
+# deprecation period. Do not import it from other collections or your own plugins.
 """Read GPU facts through NVML (pynvml), or nvidia-smi when pynvml is missing.
 
 Every expected fault becomes an NvmlFault with a state name and a remedy; the
@@ -11,6 +14,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import contextlib
 import os
 
 MIB = 1024 * 1024
@@ -86,7 +90,7 @@ def read_pynvml(pynvml):
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as err:
-        raise _fault_for(pynvml, err, "nvmlInit")
+        raise _fault_for(pynvml, err, "nvmlInit") from err
     try:
         try:
             host = {
@@ -97,20 +101,18 @@ def read_pynvml(pynvml):
             }
             count = pynvml.nvmlDeviceGetCount()
         except pynvml.NVMLError as err:
-            raise _fault_for(pynvml, err, "system query")
+            raise _fault_for(pynvml, err, "system query") from err
         devices = []
         for index in range(count):
             try:
                 devices.append(_read_device(pynvml, index))
             except pynvml.NVMLError as err:
-                raise _fault_for(pynvml, err, "GPU %d" % index)
+                raise _fault_for(pynvml, err, "GPU %d" % index) from err
         host["devices"] = devices
         return host
     finally:
-        try:
+        with contextlib.suppress(pynvml.NVMLError):   # the facts are read; a failed shutdown changes nothing
             pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
 
 
 def _read_device(pynvml, index):
@@ -197,7 +199,7 @@ def parse_smi_gpus(text, fields):
 
 
 def parse_smi_apps(text, devices):
-    by_uuid = dict((d["uuid"], d) for d in devices)
+    by_uuid = {d["uuid"]: d for d in devices}
     for line in text.splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) == 3 and parts[0] in by_uuid:

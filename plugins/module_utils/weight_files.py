@@ -1,62 +1,98 @@
 # -*- coding: utf-8 -*-
 # Copyright: hy3.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Look at a checkpoint directory: are the weight files there, and how big are they."""
+#
+# Private to the hy3.fleet collection: not a public API, it can change in any release without a
+# deprecation period. Do not import it from other collections or your own plugins.
+"""One tier's weight directory: what the checkpoint says about itself, and whether it is whole.
+
+status is one of
+  ok              config.json read, every shard intact and consistent with the index
+  absent          no checkpoint here (no directory, or a directory without config.json or weights):
+                  the tier is simply not offered on this host
+  weight_loading  a checkpoint the engine would fail to load: ``problem`` says how (not_a_directory,
+                  no_config, bad_config, bad_override (the model_config override, not the file),
+                  no_weights, missing_shard, truncated, corrupt_header,
+                  corrupt_index, index_mismatch, unreadable) and ``reason`` names the file
+"""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import glob
-import json
 import os
 
-INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
-WEIGHT_GLOBS = ("*.safetensors", "*.bin", "*.pt")
+from ansible_collections.hy3.fleet.plugins.module_utils import checkpoint
+from ansible_collections.hy3.fleet.plugins.module_utils.model_config import ModelConfigError, read_model_profile
+
+PICKLE_SUFFIXES = (".bin", ".pt")
 
 
-def inspect_weights(path):
-    """Return {present, measured_bytes, files, reason} for one weight directory.
+def inspect_weights(path, tp=1, overrides=None):
+    """Everything read from one weight directory, as a dict safe to return from a module.
 
-    present is True only when config.json exists and every shard is there (all
-    shards named in the index, or at least one weight file without an index).
-    measured_bytes is the larger of the index's total_size and the files' sizes.
+    overrides: config.json fields merged over the file's before the profile is read.
+    tp: tensor-parallel size the per-rank weight bytes are computed for.
     """
-    info = {"path": path, "present": False, "measured_bytes": None, "files": 0, "reason": None}
-    if not path or not os.path.isdir(path):
-        info["reason"] = "weight directory %s does not exist" % path
-        return info
-    if not os.path.isfile(os.path.join(path, "config.json")):
-        info["reason"] = "no config.json in %s" % path
-        return info
-    index_total, shards = _read_index(path)
-    if shards is None:
-        files = sorted(set(f for pattern in WEIGHT_GLOBS for f in glob.glob(os.path.join(path, pattern))))
-    else:
-        files = [os.path.join(path, s) for s in shards]
-        missing = [s for s, f in zip(shards, files) if not os.path.isfile(f)]
-        if missing:
-            info["reason"] = "%d shard(s) named in the index are missing from %s: %s" % (
-                len(missing), path, ", ".join(missing[:5]))
-            return info
-    if not files:
-        info["reason"] = "no weight files (*.safetensors, *.bin) in %s" % path
-        return info
-    on_disk = sum(os.path.getsize(f) for f in files)
-    info.update(present=True, files=len(files), measured_bytes=max(on_disk, index_total or 0))
+    info = {"path": path, "status": checkpoint.OK, "problem": None, "reason": None, "present": False,
+            "profile": None, "params_config": None, "params_header": None, "bytes_by_dtype": None,
+            "data_bytes": None, "mtp_bytes": None, "measured_bytes": None, "files": 0, "bits": None,
+            "weight_dtype": None, "weight_bytes_per_rank": None, "mtp_bytes_per_rank": None,
+            "tensor_parallel_size": tp, "guessed": [], "warnings": []}
+    try:
+        _read(path, tp, overrides or {}, info)
+    except checkpoint.CheckpointError as err:
+        info.update(status=err.status, problem=err.problem, reason=str(err))
+    except ModelConfigError as err:
+        info.update(status=checkpoint.WEIGHT_LOADING, problem=err.status, reason=str(err))
+    except (IOError, OSError) as err:
+        info.update(status=checkpoint.WEIGHT_LOADING, problem="unreadable",
+                    reason="%s: %s" % (getattr(err, "filename", None) or path, getattr(err, "strerror", None) or err))
+    info["present"] = info["status"] == checkpoint.OK
     return info
 
 
-def _read_index(path):
-    for name in INDEX_NAMES:
-        index_path = os.path.join(path, name)
-        if os.path.isfile(index_path):
-            try:
-                with open(index_path) as handle:
-                    index = json.load(handle)
-            except (OSError, ValueError):
-                return None, None
-            total = (index.get("metadata") or {}).get("total_size")
-            shards = sorted(set((index.get("weight_map") or {}).values()))
-            return (int(total) if total else None), shards
-    return None, None
+def _absent(path, why):
+    err = checkpoint.CheckpointError(path, "absent", why)
+    err.status = checkpoint.ABSENT
+    return err
+
+
+def _read(path, tp, overrides, info):
+    if not path or not os.path.exists(path):
+        raise _absent(path, "weight directory does not exist")
+    if not os.path.isdir(path):
+        raise checkpoint.CheckpointError(path, "not_a_directory", "is a file, not a weight directory")
+    names = os.listdir(path)
+    weights = [n for n in names if n.endswith(".safetensors") or n.endswith(PICKLE_SUFFIXES)]
+    if "config.json" not in names:
+        if not weights:
+            raise _absent(path, "no config.json and no weight files")
+        raise checkpoint.CheckpointError(os.path.join(path, "config.json"), "no_config",
+                                         "is missing beside %d weight file(s)" % len(weights))
+    profile = read_model_profile(os.path.join(path, "config.json"), overrides)
+    info.update(profile=profile, params_config=profile["params"], guessed=profile["guessed"],
+                warnings=list(profile["warnings"]))
+    if not any(n.endswith(".safetensors") for n in weights):
+        if weights:
+            raise checkpoint.CheckpointError(path, "no_weights", "holds only pickle weights (%s); the budget reads "
+                                             "safetensors headers only" % ", ".join(sorted(weights)[:3]))
+        raise checkpoint.CheckpointError(path, "no_weights", "no *.safetensors weight files beside config.json")
+    read = checkpoint.read_checkpoint(path)
+    quant = profile["quantization"] or {}
+    packed_bits = quant["bits"] if quant.get("bits", 16) < 16 else 4     # weights per int32 word: 32 / bits
+    facts = checkpoint.summarize(read["tensors"], profile["num_hidden_layers"], tp,
+                                 profile["num_key_value_heads"], packed_bits)
+    info.update(
+        files=len(read["shards"]), params_header={"total": facts["params"], "mtp": facts["params_mtp"]},
+        bytes_by_dtype=facts["bytes_by_dtype"], data_bytes=facts["data_bytes"], mtp_bytes=facts["mtp_bytes"],
+        measured_bytes=facts["data_bytes"] + facts["mtp_bytes"], weight_dtype=facts["weight_dtype"],
+        bits=quant.get("bits") or facts["bits"], weight_bytes_per_rank=facts["weight_bytes_per_rank"],
+        mtp_bytes_per_rank=facts["mtp_bytes_per_rank"])
+    if quant.get("bits") and facts["bits"] and quant["bits"] != facts["bits"]:
+        info["warnings"].append("quantization_config says %d bits but the linear weights are stored as %s"
+                                % (quant["bits"], facts["weight_dtype"]))
+    if profile["num_nextn_predict_layers"] and not facts["params_mtp"]:
+        info["warnings"].append("config.json names %d MTP layer(s) but the shards hold none: "
+                                "MTP speculative decoding is not possible with this checkpoint"
+                                % profile["num_nextn_predict_layers"])

@@ -29,6 +29,14 @@ requirements:
   - nvidia-ml-py (import name pynvml) on the target, or nvidia-smi on its PATH
 extends_documentation_fragment:
   - hy3.fleet.read_only
+seealso:
+  - module: hy3.fleet.engine_budget
+    description: Turns these facts into the per-host memory budget for the engine.
+  - module: hy3.fleet.engine_calibration
+    description: What engines started on like GPUs measured, for the next budget.
+  - name: NVML API reference
+    description: The NVIDIA Management Library calls behind these facts.
+    link: https://docs.nvidia.com/deploy/nvml-api/
 attributes:
   facts:
     description: Action returns an C(ansible_facts) dictionary that will update existing host facts.

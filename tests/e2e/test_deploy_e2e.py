@@ -5,18 +5,16 @@ Each host has its own fake NVML profile (so its own budget), engine directory an
 serves a tiny random Llama model generated here.  The tests run in file order, as one scenario:
 a --check dry run changes nothing; run 1 deploys all three; run 2 with nothing changed reports
 changed=0; run 3 points the second host at a checkpoint with a corrupt shard: it must fail in the
-weight-loading class, get its previous config back and serve again, the third host untouched;
+weight-loading class before anything on it is touched (the budget reads every shard header), the
+third host untouched;
 run 4 follows a driver upgrade on the first host (reconfigure, restart once, record); run 5 sees
 a driver/library mismatch and stops with the remedy, the running config untouched.
 """
-import functools
 import json
-import operator
 import os
 import re
 import shutil
 import socket
-import struct
 import subprocess
 import sys
 
@@ -46,19 +44,6 @@ def free_port():
         return sock.getsockname()[1]
 
 
-def count_params(model_dir):
-    """Parameters in the checkpoint, from the safetensors headers (8-byte length, then JSON)."""
-    total = 0
-    for name in os.listdir(model_dir):
-        if name.endswith(".safetensors"):
-            with open(os.path.join(model_dir, name), "rb") as handle:
-                header = json.loads(handle.read(struct.unpack("<Q", handle.read(8))[0]))
-            for key, tensor in header.items():
-                if key != "__metadata__":
-                    total += functools.reduce(operator.mul, tensor["shape"], 1)
-    return total
-
-
 def corrupt_copy(model_dir, dest):
     shutil.copytree(model_dir, dest)
     shard = sorted(f for f in os.listdir(dest) if f.endswith(".safetensors"))[-1]
@@ -74,8 +59,6 @@ def fleet(tmp_path_factory):
     # torch in a process of its own: ansible's module_utils patch sys.intern, which torch.compile rejects
     subprocess.run([sys.executable, TINY_MODEL, model], check=True)
     broken = corrupt_copy(model, str(base / "tiny-model-broken"))
-    profile = {"name": "tiny-llama", "total_params_b": count_params(model) / 1e9, "active_params_b": 0,
-               "num_layers": 2, "num_attention_heads": 4, "num_kv_heads": 2, "head_dim": 64, "max_context": 1024}
     hosts = {}
     for host in HOSTS:
         gpus_file = base / ("%s-gpus.json" % host)
@@ -95,12 +78,12 @@ def fleet(tmp_path_factory):
         "hy3_serve_environment": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
                                   "DO_NOT_TRACK": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"},
         "hy3_api_key": "e2e-secret-key",
-        "hy3_model_profile": profile,
         "hy3_tiers": [{"name": "bf16", "weights_dir": model}],
         "hy3_max_model_len": 1024, "hy3_min_max_model_len": 256, "hy3_max_num_seqs": 8,
-        "hy3_runtime_overhead_gib": 0.4, "hy3_verify_timeout": 600,
+        "hy3_verify_timeout": 600,
     }
-    hosts["node-c"]["hy3_max_num_seqs"] = 64                      # too many for its 0.5 GiB card
+    # 2048 requests of 1024 tokens need 2 GiB of KV cache; the CPU engine has the 1 GiB it is told
+    hosts["node-c"]["hy3_max_num_seqs"] = 2048
     inventory = base / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"gpu_nodes": {"hosts": hosts, "vars": common}}))
     state = {"base": base, "inventory": str(inventory), "model": model, "broken": broken, "hosts": hosts,
@@ -144,8 +127,8 @@ def pid_of(fleet, host):
 
 
 def recap(output):
-    return dict((h, dict((k, int(v)) for k, v in re.findall(r"(\w+)=(\d+)", rest)))
-                for h, rest in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output, re.M))
+    return {h: {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", rest)}
+            for h, rest in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output, re.M)}
 
 
 def test_check_mode_changes_nothing_and_reports(fleet):
@@ -175,10 +158,10 @@ def test_every_host_serves_the_smoke_request(first_run):
 
 
 def test_each_host_got_its_own_budget(fleet, first_run):
-    configs = dict((h, config_of(fleet, h)) for h in HOSTS)
+    configs = {h: config_of(fleet, h) for h in HOSTS}
     assert configs["node-a"]["gpu-memory-utilization"] == 0.9
     assert configs["node-b"]["gpu-memory-utilization"] < 0.4          # another process holds 49 GiB
-    assert configs["node-c"]["max-model-len"] < 1024                  # retreated on a 0.5 GiB card
+    assert configs["node-c"]["max-model-len"] == 512                  # retreated: 1 GiB holds 2048 x 512 tokens
     assert configs["node-a"]["max-model-len"] == 1024 and configs["node-a"]["max-num-seqs"] == 8
     for cfg in configs.values():
         assert cfg["model"] == fleet["model"] and cfg["served-model-name"] == "hy3"
@@ -195,21 +178,30 @@ def test_record_written(fleet, first_run):
     record = record_of(fleet, "node-a")
     assert record["driver_version"] == "550.54.15" and record["max_model_len"] == 1024
     assert record["kv_cache_tokens_engine"] == 1048576                # VLLM_CPU_KVCACHE_SPACE=1 on this model
+    assert record["engine_version"] == "0.32.0" and record["engine_measured"]["status"] == "measured"
+
+
+def test_budget_predicts_the_engines_kv_tokens_exactly(fleet, first_run):
+    """The budget models the CPU engine (engine_info found vllm-cpu): its KV cache is exactly
+    VLLM_CPU_KVCACHE_SPACE, laid out in 128-token blocks; the prediction must equal what it logged."""
+    for host in HOSTS:
+        record = record_of(fleet, host)
+        assert int(record["kv_cache_tokens_predicted"]) == int(record["kv_cache_tokens_engine"]), (host, record)
+        assert record["budget_gib"]["overhead_source"] == "explicit_kv"
     assert len(record["config_checksum"]) == 40
 
 
 def test_second_run_changes_nothing(fleet, first_run):
-    pids = dict((h, pid_of(fleet, h)) for h in HOSTS)
+    pids = {h: pid_of(fleet, h) for h in HOSTS}
     proc = deploy(fleet)
     assert proc.returncode == 0, proc.stdout[-6000:]
-    assert dict((h, recap(proc.stdout)[h]["changed"]) for h in HOSTS) == dict.fromkeys(HOSTS, 0)
-    assert dict((h, pid_of(fleet, h)) for h in HOSTS) == pids
+    assert {h: recap(proc.stdout)[h]["changed"] for h in HOSTS} == dict.fromkeys(HOSTS, 0)
+    assert {h: pid_of(fleet, h) for h in HOSTS} == pids
 
 
-def test_broken_weights_fail_in_weight_loading_and_roll_back(fleet, first_run):
-    before_c = config_of(fleet, "node-c")
-    pid_c = pid_of(fleet, "node-c")
-    pid_a = pid_of(fleet, "node-a")
+def test_broken_weights_fail_in_weight_loading_before_anything_is_touched(fleet, first_run):
+    before_b, before_c = config_of(fleet, "node-b"), config_of(fleet, "node-c")
+    pids = {h: pid_of(fleet, h) for h in HOSTS}
     hosts = dict(fleet["hosts"])
     hosts["node-b"] = dict(hosts["node-b"], hy3_tiers=[{"name": "bf16", "weights_dir": fleet["broken"]}])
     hosts["node-c"] = dict(hosts["node-c"], hy3_max_num_seqs=2)      # would change node-c if it were reached
@@ -217,13 +209,13 @@ def test_broken_weights_fail_in_weight_loading_and_roll_back(fleet, first_run):
     (fleet["base"] / "run2.log").write_text(proc.stdout)
     assert proc.returncode != 0
     out = proc.stdout
-    assert "weight loading failure" in out and "check the weight directory and file list" in out
-    assert "verify failed and the previous config was restored" in out
-    assert config_of(fleet, "node-b")["model"] == fleet["model"]       # previous config back
+    assert "weight loading would fail for tier bf16" in out and "check the weight directory and file list" in out
+    assert '"status": "weight_loading"' in out and "runs past the end of the 64-byte file" in out
+    assert config_of(fleet, "node-b") == before_b                       # nothing written, no restart
     assert "node-c" not in recap(out)                                   # rollout stopped before it
-    assert config_of(fleet, "node-c") == before_c and pid_of(fleet, "node-c") == pid_c
-    assert recap(out)["node-a"]["changed"] == 0 and pid_of(fleet, "node-a") == pid_a
-    # node-b serves again on the restored config
+    assert config_of(fleet, "node-c") == before_c
+    assert {h: pid_of(fleet, h) for h in HOSTS} == pids
+    assert recap(out)["node-a"]["changed"] == 0
     proc = run("ansible", "node-b", "-i", fleet["inventory"], "-m", "ansible.builtin.uri", "-a",
                "url=http://127.0.0.1:%d/health" % fleet["hosts"]["node-b"]["hy3_serve_port"])
     assert proc.returncode == 0, proc.stdout
@@ -241,7 +233,7 @@ def test_driver_upgrade_reconfigures_and_restarts_once(fleet, first_run):
     assert pid_of(fleet, "node-a") != pid_a and pid_of(fleet, "node-b") == pid_b
     assert proc.stdout.count("RUNNING HANDLER [hy3.fleet.serve : Restart the engine by pid file]") == 1
     assert record_of(fleet, "node-a")["driver_version"] == "570.86.15"
-    changed = dict((h, recap(proc.stdout)[h]["changed"]) for h in HOSTS)
+    changed = {h: recap(proc.stdout)[h]["changed"] for h in HOSTS}
     assert changed["node-a"] > 0 and changed["node-b"] == 0 and changed["node-c"] == 0
 
 

@@ -1,10 +1,22 @@
 # -*- coding: utf-8 -*-
 """Run a module's main() in-process and return what it passed to exit_json/fail_json."""
+import contextlib
 import json
 
 import pytest
 from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
+
+try:
+    from ansible.module_utils.testing import patch_module_args   # ansible-core 2.19+
+except ImportError:   # ansible-core 2.18: modules read their arguments from basic._ANSIBLE_ARGS
+    @contextlib.contextmanager
+    def patch_module_args(args):
+        saved = basic._ANSIBLE_ARGS
+        basic._ANSIBLE_ARGS = json.dumps({"ANSIBLE_MODULE_ARGS": args}).encode("utf-8")
+        try:
+            yield
+        finally:
+            basic._ANSIBLE_ARGS = saved
 
 
 class ModuleExit(Exception):

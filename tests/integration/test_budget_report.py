@@ -22,17 +22,23 @@ def row(text, host):
 
 def test_each_host_gets_its_own_budget(report):
     out = report[0]
-    assert row(out, "gpu-h200-a").endswith("| bf16 | 69.38 | 52.98/40.0 | 1388736 | 131072 | 8 | 8 | 0.9 | 12.98 | fits |")
+    # weights per GPU as the stand-in checkpoints' headers give them (scripts/make_sample_checkpoints.py); the
+    # engine's overhead modelled for vLLM's defaults on an H200 (8192 batched tokens) at tp 8
+    assert row(out, "gpu-h200-a").endswith("| bf16 | 68.8 | 4.1 (model) | 53.46/40.0 | 1401552 (10.69x) | 131072 | 8 | 8 "
+                                           "| 0.9 | 13.46 | yes / yes | fits |")
     h100 = row(out, "gpu-h100-b")
-    assert "58.52" in h100 and "| fp8 |" in h100 and "| 0.73 |" in h100 and h100.endswith("| retreated 2 steps |")
-    assert row(out, "gpu-a100-c").endswith("| cannot hold: short by 39.63 GiB per GPU |")
+    assert "58.52" in h100 and "| int4 | 18.2 |" in h100 and "| 0.73 |" in h100 and "| 116736 |" in h100
+    assert h100.endswith("| yes / yes | retreated 3 steps |")
+    assert row(out, "gpu-a100-c").endswith("| no / no | cannot hold: short by 38.1 GiB per GPU |")
 
 
 def test_report_files_on_the_controller(report):
     out, out_dir = report
     rows = json.loads((out_dir / "fleet_budget.json").read_text())
     assert [r["host"] for r in rows] == ["gpu-h200-a", "gpu-h100-b", "gpu-a100-c"]
-    assert rows[2]["verdict"] == "cannot hold" and rows[2]["shortfall_gib"] == 39.63
+    assert rows[2]["verdict"] == "cannot hold" and rows[2]["shortfall_gib"] == 38.1
+    assert rows[2]["status"] == "cannot_hold" and rows[1]["status"] == "retreated"
+    assert rows[0]["overhead_source"] == "model" and rows[0]["starts"] and rows[0]["meets_target"]
     assert rows[1]["free_gib_per_gpu"][3] == 58.52 and rows[0]["gpus"] == 8
     md = (out_dir / "fleet_budget.md").read_text()
     assert md.startswith("| host | GPUs |") and row(md, "gpu-h200-a") == row(out, "gpu-h200-a")
@@ -46,7 +52,8 @@ def test_nothing_changed_on_the_hosts(report):
 
 
 def test_module_and_role_docs_render():
-    for module in ("hy3.fleet.nvml_facts", "hy3.fleet.hy3_budget", "hy3.fleet.engine_log_triage"):
+    for module in ("hy3.fleet.nvml_facts", "hy3.fleet.engine_budget", "hy3.fleet.engine_log_triage",
+                   "hy3.fleet.engine_calibration", "hy3.fleet.engine_info"):
         proc = run("ansible-doc", module)
         assert proc.returncode == 0 and "EXAMPLES" in proc.stdout and "RETURN VALUES" in proc.stdout, proc.stdout
     for role, var in (("budget", "hy3_tiers"), ("serve", "hy3_serve_mode"), ("verify", "hy3_verify_timeout"),

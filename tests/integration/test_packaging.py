@@ -29,7 +29,10 @@ def test_build_install_and_doc_every_module(tmp_path):
     installed = dest / "ansible_collections" / "hy3" / "fleet"
     assert (installed / "plugins" / "module_utils" / "budget.py").is_file()
     assert not (installed / ".venv").exists()
-    assert MODULES == ["engine_log_triage", "hy3_budget", "nvml_facts"]
+    assert MODULES == ["engine_budget", "engine_calibration", "engine_info", "engine_log_triage", "nvml_facts"]
     for module in MODULES:
         proc = cli(tmp_path, "ansible-doc", "hy3.fleet." + module, env=env)
         assert proc.returncode == 0 and "RETURN VALUES" in proc.stdout, proc.stdout
+    # the old name still resolves, through meta/runtime.yml's redirect, with its deprecation
+    proc = cli(tmp_path, "ansible-doc", "hy3.fleet.hy3_budget", env=env)
+    assert proc.returncode == 0 and "engine_budget" in proc.stdout, proc.stdout

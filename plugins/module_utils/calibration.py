@@ -1,0 +1,180 @@
+# -*- coding: utf-8 -*-
+# Copyright: hy3.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+#
+# Private to the hy3.fleet collection: not a public API, it can change in any release without a
+# deprecation period. Do not import it from other collections or your own plugins.
+"""Learn the engine's overhead from what a started engine printed, and reuse it on like hosts.
+
+Pure functions plus load/save of one JSON file.
+
+After a host starts, its engine printed how much memory it left for the KV cache; everything
+between the budget's weights and that KV cache is the engine's measured overhead. Hosts with the
+same key (what fixes that overhead: GPU model, engine version, model and tier, tp,
+max_num_batched_tokens, max_num_seqs, enforce_eager, KV dtype) then budget with the measured
+overhead instead of the model. An entry from another key is never used.
+
+The store is a JSON file on the controller, fit to commit beside an inventory:
+    {"format": 1, "entries": {"<key>": {"key": {...}, "overhead_bytes": N, "host": ..., ...}}}
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import tempfile
+
+STORE_FORMAT = 1
+KEY_FIELDS = ("gpu_name", "engine_version", "model", "quantization", "tensor_parallel_size",
+              "max_num_batched_tokens", "max_num_seqs", "enforce_eager", "kv_cache_dtype")
+GIB = 1024 ** 3
+
+MEASURED, NOT_MEASURED, EXPLICIT_KV = "measured", "not_measured", "explicit_kv"
+# What the engine printed that a store entry keeps, for the report.
+ENGINE_LINES = ("weights_gib", "kv_cache_gib", "kv_cache_tokens", "cudagraph_estimate_gib")
+# The budget lines a measurement is set against.
+BUDGET_LINES = ("engine_request", "weights", "overhead", "kv_available", "kv_cache_tokens")
+
+
+class CalibrationError(ValueError):
+    """The calibration store cannot be read or written; the message names the file."""
+
+
+def _normal(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value if value is not None else "").strip().lower()
+
+
+def calibration_key(fields):
+    """One string per key; every field is required so two keys never collide by omission."""
+    missing = [f for f in KEY_FIELDS if f not in fields]
+    if missing:
+        raise CalibrationError("calibration key lacks %s" % ", ".join(missing))
+    return "|".join("%s=%s" % (f, _normal(fields[f])) for f in KEY_FIELDS)
+
+
+def empty_store():
+    return {"format": STORE_FORMAT, "entries": {}}
+
+
+def validate_store(data, path):
+    if not isinstance(data, dict) or data.get("format") != STORE_FORMAT or not isinstance(data.get("entries"), dict):
+        raise CalibrationError("calibration store %s is not a format-%d store (a JSON object with 'format': %d "
+                               "and 'entries'); fix or remove it, it is never reset silently"
+                               % (path, STORE_FORMAT, STORE_FORMAT))
+    for name, entry in data["entries"].items():
+        overhead = entry.get("overhead_bytes") if isinstance(entry, dict) else None
+        if not isinstance(overhead, int) or isinstance(overhead, bool) or not isinstance(entry.get("key"), dict):
+            raise CalibrationError("calibration store %s: entry %r has no integer overhead_bytes or no key" % (path, name))
+        if calibration_key(entry["key"]) != name:
+            raise CalibrationError("calibration store %s: entry %r does not match its own key fields" % (path, name))
+    return data
+
+
+def load_store(path):
+    """The store at path; an absent file is an empty store, a corrupt one is an error."""
+    if not os.path.exists(path):
+        return empty_store()
+    if not os.path.isfile(path):
+        raise CalibrationError("calibration store %s is not a file" % path)
+    try:
+        with open(path) as handle:
+            data = json.load(handle)
+    except ValueError as err:
+        raise CalibrationError("calibration store %s is not valid JSON (%s); fix or remove it, it is never "
+                               "reset silently" % (path, err)) from None
+    except (IOError, OSError) as err:
+        raise CalibrationError("calibration store %s cannot be read: %s" % (path, err)) from None
+    return validate_store(data, path)
+
+
+def save_store(path, data):
+    """Write atomically: a crash leaves the old store or the new one, never half of one."""
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        if not os.path.isdir(folder):
+            os.makedirs(folder)
+        fd, tmp = tempfile.mkstemp(prefix=".calibration-", dir=folder)
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle, indent=1, sort_keys=True)
+            handle.write("\n")
+        os.chmod(tmp, 0o644)
+        os.rename(tmp, path)
+    except (IOError, OSError) as err:
+        raise CalibrationError("calibration store %s cannot be written: %s" % (path, err)) from None
+
+
+def lookup(entries, fields):
+    """The entry for exactly this key, or None."""
+    if not entries:
+        return None
+    return entries.get(calibration_key(fields))
+
+
+def measure(engine_lines, budget_table):
+    """The engine's measured breakdown beside the budget's prediction, in bytes and GiB.
+
+    engine_lines: what the log triage read (weights_gib, kv_cache_gib, kv_cache_tokens,
+    max_concurrency, cudagraph_estimate_gib, graph_capture_gib). budget_table: the budget's
+    budget_bytes for the setting that was deployed.
+    """
+    missing = [k for k in BUDGET_LINES if k not in (budget_table or {})]
+    if missing:
+        raise CalibrationError("the budget table lacks %s; pass the budget_bytes the host was deployed with"
+                               % ", ".join(missing))
+    tokens = engine_lines.get("kv_cache_tokens")
+    kv_gib = engine_lines.get("kv_cache_gib")
+    record = {
+        "weights_gib": engine_lines.get("weights_gib"),
+        "kv_cache_gib": kv_gib,
+        "kv_cache_tokens": tokens,
+        "max_concurrency": engine_lines.get("max_concurrency"),
+        "cudagraph_estimate_gib": engine_lines.get("cudagraph_estimate_gib"),
+        "graph_capture_gib": engine_lines.get("graph_capture_gib"),
+        "predicted_kv_cache_gib": round(budget_table["kv_available"] / GIB, 2),
+        "predicted_kv_cache_tokens": budget_table["kv_cache_tokens"],
+    }
+    if budget_table.get("overhead_source") == "explicit_kv":
+        record.update(status=EXPLICIT_KV, overhead_bytes=None,
+                      note="the KV cache size was set by hand; there is no overhead to learn")
+        return record
+    kv_bytes = _kv_bytes(kv_gib, tokens, budget_table)
+    if kv_bytes is None:
+        record.update(status=NOT_MEASURED, overhead_bytes=None,
+                      note="the engine log has no KV cache memory lines (older engine or truncated log); "
+                           "the budget's model stays in use")
+        return record
+    overhead = budget_table["engine_request"] - budget_table["weights"] - kv_bytes
+    record.update(status=MEASURED, overhead_bytes=int(overhead), overhead_gib=round(overhead / GIB, 2),
+                  note="the engine took %.2f GiB beyond the budget's weights (the model said %.2f GiB)"
+                       % (overhead / GIB, budget_table["overhead"] / GIB))
+    return record
+
+
+def _kv_bytes(kv_gib, tokens, table):
+    """KV bytes the engine had: its token count scaled against the budget's prediction is exact to a
+    block; its GiB line (two decimals) is the fallback."""
+    if tokens and table.get("kv_cache_tokens") and table.get("kv_available", 0) > 0:
+        return int(table["kv_available"] * (float(tokens) / table["kv_cache_tokens"]))
+    if kv_gib is not None:
+        return int(kv_gib * GIB)
+    return None
+
+
+def record_entry(data, fields, measurement, host, measured_at):
+    """The store with this measurement recorded under its key; (store, changed)."""
+    if measurement.get("status") != MEASURED:
+        return data, False
+    name = calibration_key(fields)
+    entry = {"key": {f: fields[f] for f in KEY_FIELDS}, "overhead_bytes": int(measurement["overhead_bytes"]),
+             "host": host, "measured_at": measured_at,
+             "engine": {k: measurement.get(k) for k in ENGINE_LINES}}
+    old = data["entries"].get(name)
+    if old and old.get("overhead_bytes") == entry["overhead_bytes"]:
+        return data, False
+    entries = dict(data["entries"])
+    entries[name] = entry
+    return dict(data, entries=entries), True

@@ -1,0 +1,255 @@
+# -*- coding: utf-8 -*-
+# Copyright: hy3.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+#
+# Private to the hy3.fleet collection: not a public API, it can change in any release without a
+# deprecation period. Do not import it from other collections or your own plugins.
+"""What a vLLM engine takes on each GPU besides the weights and the KV cache.
+
+Pure arithmetic, no I/O, no Ansible imports.
+
+vLLM (V1) sizes the KV cache per rank as (vllm/v1/worker/gpu_worker.py, determine_available_memory):
+
+    KV = ceil(total x gpu_memory_utilization)
+         - weights                       ("Model loading took X GiB")
+         - profile-run activation peak   (a dummy forward of max_num_batched_tokens tokens, then the
+                                          sampler over max_num_seqs rows of fp32 logits)
+         - non-torch growth              (NCCL / all-reduce buffers with tp > 1, cuBLAS workspaces)
+         - CUDA-graph estimate           (only where the engine counts it before the KV cache:
+                                          on by default since about v0.21; 0 with enforce_eager)
+
+Each term below is physics: bytes of tensors of known shapes, times a small number of live copies.
+The copy counts (COPIES) were fitted once against real startup logs (bench/kv_accuracy.py prints
+the fit); everything else comes from the model's config.json and the engine's settings.
+The engine's defaults that change these terms depend on its version and on the GPU, so both are
+inputs (engine_defaults).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+GIB = 1024 ** 3
+MIB = 1024 ** 2
+
+# Fitted scales of the physical terms (bench/kv_accuracy.py --fit refits them on the corpus and
+# prints their leave-one-out accuracy). Units: a multiplier of the term, or bytes where named.
+COPIES = {
+    "residual": 4.0,          # tokens x hidden live across the forward (hidden, residual, norms, output)
+    "sampler_bytes": 13.5,    # bytes per (row x vocab) element in the sampler phase: model-dtype logits,
+                              # their fp32 copy, fp32 probabilities, the top-k/top-p buffer
+    "sampler_bytes_legacy": 36.0,     # the same before v0.17, whose dummy sampler run cloned the logits
+                                      # and sorted them (public v0.11 - v0.16 logs: 34 - 39 bytes)
+    "transient": 0.87,         # scale of the transient peak as a whole
+    "moe_workspace": 1.13,     # scale of the fused-MoE workspace (unquantized experts)
+    "moe_workspace_quantized": 0.93,   # the same for fp8 / int4 experts: their kernels keep a second
+                                      # buffer of the same shape (activation quantization, scales)
+    "quantized_moe_fixed": 1.33 * GIB,  # fixed buffers of the quantized expert kernels (one rank)
+    "runtime": 0.79 * GIB,    # cuBLAS workspaces, model-runner buffers, compile scratch (one rank)
+    "tensor_parallel": 1.72 * GIB,    # NCCL / all-reduce buffers first touched in the profile (tp > 1)
+    "graph_per_layer": 0.23 * MIB,    # each captured graph, per decoder layer: the piecewise graph's
+                                      # per-layer pieces and their static buffers (median of the
+                                      # "Estimated CUDA graph memory" lines in bench/kv_corpus)
+}
+
+# The sampler's profile run stopped cloning and sorting the full logits in this version.
+LEAN_SAMPLER_SINCE = (0, 17, 0)
+LEGACY_SAMPLER_SINCE = (0, 11, 0)
+# Engines from about this version count NCCL's lazily allocated buffers against the KV cache
+# (public v0.10.1 logs show none at tp 2, v0.15 - v0.25 logs about 1.9 GiB).
+LAZY_NCCL_COUNTED_SINCE = (0, 11, 0)
+# Before this version the tensor-parallel fused-MoE path worked in chunks of VLLM_FUSED_MOE_CHUNK_SIZE
+# tokens (default 16K), so its workspace stopped growing there; 0.32 has no such chunking.
+FUSED_MOE_CHUNK_TOKENS = 16 * 1024
+FUSED_MOE_UNCHUNKED_SINCE = (0, 28, 0)
+# The largest batch captured in a CUDA graph by default: min(2 x max_num_seqs, this) (1024 on SM100).
+MAX_CUDAGRAPH_CAPTURE_SIZE = 512
+
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
+
+
+def parse_version(text):
+    """(major, minor, patch) of an engine version string such as 0.11.0rc2 or 0.10.1.1; None when unknown."""
+    match = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", str(text or ""))
+    if not match:
+        return None
+    return tuple(int(part or 0) for part in match.groups())
+
+
+def engine_defaults(version, gpu_name, gpu_total_bytes):
+    """The engine's own defaults for the knobs that move the overhead, for this version and GPU.
+
+    Sources (vLLM): vllm/engine/arg_utils.py EngineArgs.get_batch_defaults (0.32.0: >= 160 GiB cards
+    16384 tokens / 1024 seqs for the API server; >= 70 GiB cards other than A100 8192 / 1024; others
+    2048 / 256); vllm/config/cache.py gpu_memory_utilization 0.92 from v0.25 (0.9 before);
+    vllm/envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default on from about v0.21.
+    """
+    ver = parse_version(version) or (0, 32, 0)
+    name = (gpu_name or "").lower()
+    big = gpu_total_bytes >= 160 * GIB and ver >= (0, 25, 0)
+    datacenter = gpu_total_bytes >= 70 * GIB and "a100" not in name
+    if big:
+        batched, seqs = 16384, 1024
+    elif datacenter and ver >= (0, 10, 0):
+        batched, seqs = 8192, 1024
+    else:
+        batched, seqs = 2048, 256
+    if ver < (0, 10, 0):
+        batched, seqs = max(batched, 2048), 256
+    return {
+        "gpu_memory_utilization": 0.92 if ver >= (0, 25, 0) else 0.9,
+        "max_num_batched_tokens": batched,
+        "max_num_seqs": seqs,
+        "cudagraph_counted": ver >= (0, 21, 0),
+        "tokens_from_concurrency": ver >= (0, 20, 0),
+    }
+
+
+def default_block_size(platform, mla):
+    """Tokens per KV block when none is set: 16 for the usual GPU attention backends, 64 for FlashMLA,
+    128 on the CPU backend (vllm/platforms/cuda.py and cpu.py check_and_update_config, 0.32.0)."""
+    if platform == "cpu":
+        return 128
+    return 64 if mla else 16
+
+
+def _moe(profile):
+    return profile.get("moe") or None
+
+
+def _expert_split(settings, tp):
+    """How many ways one expert's intermediate size is split: by tp, or not at all under expert
+    parallelism (whole experts are spread over the ranks instead)."""
+    return 1 if settings.get("expert_parallel") else tp
+
+
+def forward_bytes(profile, tp, tokens, act_bytes=2):
+    """Transient peak of the profile run's forward over ``tokens`` tokens on one rank.
+
+    The dummy run builds no attention metadata, so the attention kernels do not run; the
+    projections, norms, MLP and the router do (vllm/v1/worker/gpu_model_runner.py _dummy_run)."""
+    hidden = profile["hidden_size"]
+    heads = max(1, profile["num_attention_heads"] // tp)
+    kv_heads = max(1, profile["num_key_value_heads"] // tp)
+    head_dim = profile["head_dim"]
+    mla = profile.get("mla")
+    if mla:
+        q_dim = heads * (mla["qk_rope_head_dim"] + (mla.get("qk_nope_head_dim") or head_dim))
+        kv_dim = mla["kv_lora_rank"] + mla["qk_rope_head_dim"]
+    else:
+        q_dim, kv_dim = heads * head_dim, 2 * kv_heads * head_dim
+    moe = _moe(profile)
+    dense_inter = profile["intermediate_size"] // tp if (not moe or moe.get("dense_layers")) else 0
+    shared_inter = 0
+    if moe and moe.get("num_shared_experts"):
+        shared_inter = moe["num_shared_experts"] * (moe.get("shared_expert_intermediate_size")
+                                                    or moe["moe_intermediate_size"]) // tp
+    per_token = (COPIES["residual"] * hidden + 2 * q_dim + kv_dim + 2 * max(dense_inter, shared_inter)) * act_bytes
+    router = tokens * moe["num_experts"] * 4 if moe else 0
+    return int(tokens * per_token + router)
+
+
+def sampler_bytes(profile, tokens, rows, version=None, act_bytes=2):
+    """The sampler phase: fp32 logits, probabilities and top-k/top-p buffers over the full vocabulary
+    (vocab-parallel logits are gathered on every rank), with the forward's hidden states alive."""
+    ver = parse_version(version) or (0, 32, 0)
+    legacy = LEGACY_SAMPLER_SINCE <= ver < LEAN_SAMPLER_SINCE
+    per_element = COPIES["sampler_bytes_legacy" if legacy else "sampler_bytes"]
+    return int(tokens * profile["hidden_size"] * act_bytes + per_element * rows * profile["vocab_size"])
+
+
+def transient_peak_bytes(profile, tp, max_num_batched_tokens, max_num_seqs, version=None, act_bytes=2):
+    """The profile run's torch peak above what stays allocated (vLLM's transient_peak_headroom):
+    the larger of the forward and the sampler phase, over max_num_seqs dummy requests."""
+    rows = min(max_num_seqs, max_num_batched_tokens)
+    peak = max(forward_bytes(profile, tp, max_num_batched_tokens, act_bytes),
+               sampler_bytes(profile, max_num_batched_tokens, rows, version, act_bytes))
+    return int(COPIES["transient"] * peak)
+
+
+def moe_workspace_bytes(profile, tp, settings, act_bytes=2):
+    """The fused-MoE workspace: one process-wide buffer sized for the whole batch (0.32 has no
+    chunking; public logs of 0.20 and 0.25 grow with max_num_batched_tokens past 16K too), kept
+    after the profile run, so it comes off the KV cache.
+    Triton experts: tokens x top_k x [max(I, hidden) + max(2 I, hidden)] in the activation dtype,
+    I being the expert's intermediate size on this rank."""
+    moe = _moe(profile)
+    if not moe:
+        return 0
+    tokens = settings["max_num_batched_tokens"]
+    version = parse_version(settings.get("version")) or (0, 32, 0)
+    if version < FUSED_MOE_UNCHUNKED_SINCE and not settings.get("expert_parallel"):
+        tokens = min(tokens, FUSED_MOE_CHUNK_TOKENS)
+    inter = moe["moe_intermediate_size"] // _expert_split(settings, tp)
+    hidden = profile["hidden_size"]
+    routed = tokens * moe["num_experts_per_tok"]
+    workspace = routed * (max(inter, hidden) + max(2 * inter, hidden)) * act_bytes
+    scale = COPIES["moe_workspace_quantized" if quantized_experts(profile, settings) else "moe_workspace"]
+    return int(scale * workspace)
+
+
+def quantized_experts(profile, settings):
+    return bool(_moe(profile)) and ((profile.get("quantization") or {}).get("bits", 16) < 16
+                                    or bool(settings.get("quantized_experts")))
+
+
+def non_torch_bytes(profile, tp, settings):
+    """Buffers outside the forward that the profile run leaves behind: runtime workspaces, the
+    NCCL / all-reduce buffers first touched there when tp > 1 (engines since about 0.11 take the
+    baseline after NCCL's init, so its lazy buffers land here), and the fixed buffers of quantized
+    expert kernels."""
+    version = parse_version(settings.get("version")) or (0, 32, 0)
+    lazy_tp = COPIES["tensor_parallel"] if tp > 1 and version >= LAZY_NCCL_COUNTED_SINCE else 0
+    fixed = COPIES["quantized_moe_fixed"] if quantized_experts(profile, settings) else 0
+    return int(COPIES["runtime"] + lazy_tp + fixed)
+
+
+def cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens):
+    """vLLM's default capture sizes: 1, 2, 4, every 8 up to 256, every 16 beyond, up to
+    min(max_num_batched_tokens, 2 x max_num_seqs, 512) (vllm/config/vllm.py _set_cudagraph_sizes)."""
+    largest = min(max_num_batched_tokens, 2 * max_num_seqs, MAX_CUDAGRAPH_CAPTURE_SIZE)
+    sizes = [s for s in (1, 2, 4) if s <= largest]
+    sizes += list(range(8, min(256, largest) + 1, 8))
+    sizes += list(range(272, largest + 1, 16))
+    return sizes
+
+
+def cudagraph_count(settings):
+    """Graphs vLLM captures by default: one piecewise graph per capture size, and a full graph for
+    each decode size up to max_num_seqs (FULL_AND_PIECEWISE)."""
+    sizes = cudagraph_capture_sizes(settings["max_num_seqs"], settings["max_num_batched_tokens"])
+    return len(sizes) + len([s for s in sizes if s <= settings["max_num_seqs"]]), sizes
+
+
+def cudagraph_bytes(profile, tp, settings, act_bytes=2):
+    """vLLM's CUDA-graph estimate (gpu_model_runner.profile_cudagraph_memory): the first capture at
+    the largest size costs about one forward's activations at that size; every graph then keeps
+    per-layer pieces, so the total grows with graphs x layers."""
+    graphs, sizes = cudagraph_count(settings)
+    if not graphs:
+        return 0
+    first = forward_bytes(profile, tp, sizes[-1], act_bytes)
+    return int(first + COPIES["graph_per_layer"] * graphs * profile["num_hidden_layers"])
+
+
+def overhead(profile, tp, settings):
+    """Every per-rank term between the weights and the KV cache, in bytes, each on its own line.
+
+    settings: version, max_num_batched_tokens, max_num_seqs, enforce_eager, cudagraph_counted,
+    expert_parallel, act_bytes (activation dtype size).
+    """
+    act = settings.get("act_bytes") or 2
+    graphs = 0
+    if not settings.get("enforce_eager") and settings.get("cudagraph_counted"):
+        graphs = cudagraph_bytes(profile, tp, settings, act)
+    lines = {
+        "activation_peak": transient_peak_bytes(profile, tp, settings["max_num_batched_tokens"],
+                                                settings["max_num_seqs"], settings.get("version"), act),
+        "moe_workspace": moe_workspace_bytes(profile, tp, settings, act),
+        "non_torch": non_torch_bytes(profile, tp, settings),
+        "cudagraph": graphs,
+    }
+    lines["total"] = sum(lines.values())
+    return lines

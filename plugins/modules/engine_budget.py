@@ -1,0 +1,514 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: hy3.fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: engine_budget
+short_description: Compute the per-host GPU memory budget for serving a model with vLLM
+version_added: 0.2.0
+description:
+  - Formerly C(hy3.fleet.hy3_budget) (0.1.0), which still redirects here and is deprecated; the module budgets any
+    model vLLM serves.
+  - Takes the GPU facts of one host (from M(hy3.fleet.nvml_facts)) and the quantization tiers on offer, reads
+    each tier's checkpoint (the model profile and parameter counts from C(config.json), sizes and integrity from
+    the safetensors headers), and chooses the quantization, O(max_model_len), O(max_num_seqs), tensor parallel
+    size and C(gpu_memory_utilization) that fit, modelled on how vLLM really sizes its KV cache.
+  - vLLM requests C(gpu_memory_utilization x TOTAL) memory per GPU and refuses to start when FREE memory is
+    below that, so the utilization is lowered to what is free (rounded down to 0.01) and the reason is returned.
+  - "Per GPU, the way the engine accounts: KV available = ceil(total x utilization) - weights - the profile run's
+    transient peak (a dummy forward of O(max_num_batched_tokens) tokens, then the sampler over O(max_num_seqs)
+    rows of the full vocabulary) - the fused-MoE workspace - non-torch memory (NCCL buffers with tp > 1, quantized
+    expert kernels) - the CUDA-graph estimate (engines that count it before the KV cache, about v0.21 on, unless
+    O(enforce_eager=true)); each term is its own line of RV(budget_gib). With O(kv_cache_memory_bytes) (the CPU
+    engine's C(VLLM_CPU_KVCACHE_SPACE)) the KV cache is exactly that."
+  - "The KV cache is laid out by layer group the way vLLM's hybrid allocator does it (full attention, sliding
+    window, MLA latents, linear-attention state, fp8 KV, block rounding), so RV(kv_cache_tokens) and
+    RV(max_concurrency) are the engine's C(GPU KV cache size) and C(Maximum concurrency) lines."
+  - "Unset engine knobs (O(gpu_memory_utilization), O(max_num_batched_tokens), the block size) take the defaults of
+    O(engine_version) on these GPUs, since they changed between versions."
+  - "An entry of O(calibration_entries) whose key matches a setting (GPU model, engine version, model and tier, tp,
+    max_num_batched_tokens, max_num_seqs, enforce_eager, KV dtype) replaces the modelled overhead with what an
+    engine really took (M(hy3.fleet.engine_calibration))."
+  - "Weights per GPU: what the shard headers say one tensor-parallel rank holds (vocabulary-parallel embedding
+    and lm_head split by rows, norms, routers and MLA down-projections replicated, KV projections split by head
+    but never below one head per rank, everything else split), plus the MTP layer when O(load_mtp=true); without
+    headers, the floor from the parameter counts (every expert is resident)."
+  - "Two verdicts: RV(starts) (one request of max_model_len fits, the check vLLM makes at start) and
+    RV(meets_target) (max_num_seqs such requests fit), which drives the retreat."
+  - "When the need exceeds what is left it retreats one variable at a time: (1) the next lower quantization
+    tier whose weight files exist, (2) a lower O(max_model_len) (not below O(min_max_model_len)), (3) a lower
+    O(max_num_seqs) (not below O(min_max_num_seqs)). Every step is returned in RV(ladder)."
+  - When even the smallest setting does not fit it says that the host cannot hold the model and by how many
+    GiB per GPU it falls short; it fails unless O(fail_when_cannot_hold=false). RV(status) is V(fits),
+    V(retreated) or V(cannot_hold) beside the sentence in RV(verdict).
+  - All sizes are reported in GiB (2^30 bytes), the unit vLLM logs use, and in bytes.
+author:
+  - hy3.fleet maintainers (@hy3-fleet)
+extends_documentation_fragment:
+  - hy3.fleet.read_only
+seealso:
+  - module: hy3.fleet.nvml_facts
+  - module: hy3.fleet.engine_info
+  - module: hy3.fleet.engine_calibration
+  - module: hy3.fleet.engine_log_triage
+options:
+  gpus:
+    description:
+      - The host's GPUs, as in C(ansible_facts.hy3_gpus.devices). Each needs C(memory_total) and
+        C(memory_free) in bytes; C(memory_free_for_engine) (free plus what our own running engine holds) is
+        used instead of C(memory_free) when present.
+    type: list
+    elements: dict
+    required: true
+  model_config:
+    description:
+      - Top-level C(config.json) fields merged over the C(config.json) each tier's O(tiers[].weights_dir) holds,
+        before the model profile is read from it (an explicit override, for example C(max_position_embeddings)
+        set to 131072).
+      - The profile (layers, heads, KV heads, head_dim, MoE and MLA shape, context, quantization) and the
+        parameter counts come from the checkpoint itself; this only overrides fields of it.
+    type: dict
+    default: {}
+  tiers:
+    description:
+      - Quantization tiers on offer, tried from the most bits to the fewest. Each O(tiers[].weights_dir) is
+        read before anything else (C(config.json), the safetensors index and every shard's header, never tensor
+        data). A directory that does not exist, or holds neither C(config.json) nor weight files, is not offered
+        (C(status=absent) in RV(weight_dirs)).
+      - A damaged checkpoint (missing shard, truncated or corrupt shard, index naming a tensor a shard lacks, index
+        total_size disagreeing, unreadable C(config.json), a file instead of a directory) has
+        C(status=weight_loading) in RV(weight_dirs). When the budget would choose such a tier the module fails with
+        RV(status=weight_loading) before anything else runs; a damaged tier it would not choose is skipped and
+        reported.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      name:
+        description: Tier (bf16 and fp16 are 16 bit, fp8 and int8 8 bit, int4 4 bit).
+        type: str
+        required: true
+        choices: [bf16, fp16, fp8, int8, int4]
+      weights_dir:
+        description: Directory on the host holding this format's checkpoint (config.json and shards).
+        type: path
+        required: true
+      quantization:
+        description: vLLM C(--quantization) value for this tier; default fp8 for fp8, otherwise unset so vLLM
+          reads it from the checkpoint.
+        type: str
+      dtype:
+        description: vLLM C(--dtype) for this tier.
+        type: str
+        default: bfloat16
+        choices: [auto, bfloat16, float16, half, float32, float]
+  gpu_memory_utilization:
+    description:
+      - Desired fraction of TOTAL memory vLLM may use, in (0, 1]; lowered when free memory is smaller.
+      - Unset, the engine version's default (0.9; 0.92 from v0.25).
+    type: float
+  runtime_overhead_gib:
+    description:
+      - A flat per-GPU amount between the weights and the KV cache, replacing the engine accounting (an explicit
+        override only; unset, every term is modelled).
+    type: float
+  engine_version:
+    description:
+      - Version of the vLLM engine on the host (M(hy3.fleet.engine_info) reads it); its defaults and accounting
+        are modelled. Unset, the newest behaviour known (0.32).
+    type: str
+  engine_platform:
+    description: V(cuda) for GPU engines; V(cpu) for the CPU engine, whose KV cache is O(kv_cache_memory_bytes).
+    type: str
+    default: cuda
+    choices: [cuda, cpu]
+  max_num_batched_tokens:
+    description: vLLM C(--max-num-batched-tokens); unset, the engine version's default for this GPU.
+    type: int
+  enforce_eager:
+    description: vLLM C(--enforce-eager); no CUDA graphs, so no graph memory.
+    type: bool
+    default: false
+  expert_parallel:
+    description: vLLM C(--enable-expert-parallel); whole experts are spread over the ranks instead of split.
+    type: bool
+    default: false
+  kv_cache_memory_bytes:
+    description:
+      - The KV cache size the engine is told (C(--kv-cache-memory-bytes), or C(VLLM_CPU_KVCACHE_SPACE) GiB on the
+        CPU engine); the engine then takes exactly this. Required with O(engine_platform=cpu).
+    type: int
+  model_id:
+    description: Names the model in calibration keys (for example the served model name); defaults to the architecture.
+    type: str
+  calibration_entries:
+    description:
+      - The calibration store's entries (RV(hy3.fleet.engine_calibration#module:entries)); an entry is used only
+        for a setting with exactly its key.
+    type: dict
+    default: {}
+  kv_cache_dtype:
+    description: vLLM C(--kv-cache-dtype); C(auto) uses the model dtype.
+    type: str
+    default: auto
+    choices: [auto, fp8, fp8_e4m3, fp8_e5m2]
+  max_model_len:
+    description: Desired context length; defaults to the model's context.
+    type: int
+  min_max_model_len:
+    description: Shortest context the retreat may go to; defaults to the smaller of 4096 and O(max_model_len).
+    type: int
+  max_num_seqs:
+    description: Desired concurrent sequences.
+    type: int
+    default: 16
+  min_max_num_seqs:
+    description: Fewest concurrent sequences the retreat may go to.
+    type: int
+    default: 1
+  tensor_parallel_size:
+    description: GPUs per engine; defaults to every GPU on the host.
+    type: int
+  block_size:
+    description:
+      - vLLM KV cache block size in tokens; unset, the engine's default (16; 64 for MLA models; 128 on the CPU
+        engine).
+    type: int
+  max_model_len_multiple:
+    description: A lowered O(max_model_len) is rounded down to a multiple of this.
+    type: int
+    default: 1024
+  load_mtp:
+    description: Count the MTP layer's weights (serving with MTP speculative decoding).
+    type: bool
+    default: false
+  fail_when_cannot_hold:
+    description: Fail when the host cannot hold the model; set false to only report it (dry runs).
+    type: bool
+    default: true
+"""
+
+EXAMPLES = r"""
+- name: Budget Hy3 on this host
+  hy3.fleet.engine_budget:
+    gpus: "{{ ansible_facts.hy3_gpus.devices }}"
+    tiers:
+      - {name: bf16, weights_dir: /models/hy3-bf16}
+      - {name: fp8, weights_dir: /models/hy3-fp8}
+    max_model_len: 131072
+    max_num_seqs: 32
+  register: budget
+
+- name: Report only, for a dry run
+  hy3.fleet.engine_budget:
+    gpus: "{{ ansible_facts.hy3_gpus.devices }}"
+    tiers: [{name: fp8, weights_dir: /models/hy3-fp8}]
+    fail_when_cannot_hold: false
+"""
+
+RETURN = r"""
+fits:
+  description: Whether a setting was found that fits.
+  returned: always
+  type: bool
+verdict:
+  description: V(fits), V(retreated N steps) or V(cannot hold).
+  returned: always
+  type: str
+  sample: retreated 2 steps
+steps_retreated:
+  description: Number of retreat steps taken.
+  returned: always
+  type: int
+quantization:
+  description: Chosen tier (the last tried when it cannot hold).
+  returned: always
+  type: str
+  sample: fp8
+vllm_quantization:
+  description: Value for vLLM C(quantization), null to let vLLM read the checkpoint.
+  returned: when it fits
+  type: str
+dtype:
+  description: Value for vLLM C(dtype).
+  returned: when it fits
+  type: str
+weights_dir:
+  description: Weight directory of the chosen tier.
+  returned: when it fits
+  type: str
+max_model_len:
+  description: Chosen context length.
+  returned: always
+  type: int
+max_num_seqs:
+  description: Chosen concurrent sequences.
+  returned: always
+  type: int
+tensor_parallel_size:
+  description: GPUs per engine.
+  returned: always
+  type: int
+gpu_memory_utilization:
+  description: Utilization to configure, lowered to what free memory allows.
+  returned: always
+  type: float
+utilization_note:
+  description: Why the utilization was lowered, or null.
+  returned: always
+  type: str
+kv_cache_tokens:
+  description: KV cache size in tokens vLLM should report ("GPU KV cache size N tokens").
+  returned: always
+  type: int
+max_concurrency:
+  description: Predicted "Maximum concurrency for max_model_len tokens per request" (expected concurrency).
+  returned: always
+  type: float
+starts:
+  description: Whether one request of max_model_len fits in the KV cache (the check vLLM makes at start).
+  returned: always
+  type: bool
+meets_target:
+  description: Whether max_num_seqs requests of max_model_len fit (the target that drives the retreat).
+  returned: always
+  type: bool
+starts_note:
+  description: The start verdict as a sentence.
+  returned: always
+  type: str
+target_note:
+  description: The target verdict as a sentence.
+  returned: always
+  type: str
+engine:
+  description: The engine settings modelled - version, platform, gpu_name, max_num_batched_tokens (and whether
+    it is the engine's default), enforce_eager, cudagraph_counted, kv_cache_memory_bytes, runtime_overhead_gib,
+    model_id.
+  returned: always
+  type: dict
+calibration_fields:
+  description: The calibration key of the chosen setting, for M(hy3.fleet.engine_calibration).
+  returned: always
+  type: dict
+budget_gib:
+  description:
+    - Budget lines per GPU in GiB - free, engine_request (ceil(total x utilization)), weights_nominal,
+      weights_measured, weights, activation_peak, moe_workspace, non_torch, cudagraph, overhead (their sum, or
+      the calibrated or overridden amount), kv_available, kv_one_request, kv_needed, headroom.
+    - Also overhead_source (V(model), V(calibrated), V(override), V(explicit_kv)), calibrated_by (host and time
+      of the measurement used, or null), kv_bytes_per_token, kv_cache_tokens, kv_cache_blocks,
+      max_concurrency and starts.
+  returned: always
+  type: dict
+budget_bytes:
+  description: The same lines in bytes.
+  returned: always
+  type: dict
+ladder:
+  description: Every step tried, in order, each with action, quantization, max_model_len, max_num_seqs, fits
+    and table_gib.
+  returned: always
+  type: list
+  elements: dict
+skipped_tiers:
+  description: Tiers not considered, with the reason (weight files missing).
+  returned: always
+  type: list
+  elements: dict
+weight_dirs:
+  description:
+    - What was read in each tier's weight directory, also when the tier is not usable. Each has C(quantization)
+      (the tier), C(path), C(status) (V(ok), V(absent), V(weight_loading)), C(problem) (machine-readable, one of
+      V(not_a_directory), V(no_config), V(bad_config), V(no_weights), V(missing_shard), V(truncated),
+      V(corrupt_header), V(corrupt_index), V(index_mismatch), V(bad_override), V(unreadable)), C(reason) (naming
+      the file), C(present), C(profile) (read from config.json), C(params_config) (total, active, mtp, embedding
+      from config.json),
+      C(params_header) (total and mtp from the shard headers), C(bytes_by_dtype), C(data_bytes), C(mtp_bytes),
+      C(measured_bytes), C(files) (shard count), C(bits), C(weight_dtype), C(weight_bytes_per_rank),
+      C(mtp_bytes_per_rank), C(tensor_parallel_size), C(guessed) (config fields defaulted) and C(warnings).
+  returned: always
+  type: list
+  elements: dict
+model_profile:
+  description: The model profile the budget used (from the first tier with a readable config.json, with
+    O(model_config) merged over it); keys follow config.json (num_hidden_layers, num_key_value_heads, head_dim,
+    max_position_embeddings, moe, mla, layer_types, quantization, params ...).
+  returned: when a profile could be read
+  type: dict
+status:
+  description: Machine-readable outcome beside C(msg) on failure - V(weight_loading) (a chosen tier's checkpoint is
+    damaged), V(no_checkpoint) (no tier holds a readable checkpoint), V(bad_input) (input that cannot describe a
+    deployment), else the budget's own status (V(fits), V(retreated), V(cannot_hold)).
+  returned: always
+  type: str
+shortfall_gib:
+  description: GiB per GPU missing at the smallest setting; 0 when it fits.
+  returned: always
+  type: float
+reason:
+  description: Why the host cannot hold the model.
+  returned: when it cannot hold
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.hy3.fleet.plugins.module_utils import budget, checkpoint
+from ansible_collections.hy3.fleet.plugins.module_utils.weight_files import inspect_weights
+
+TIER_SPEC = dict(
+    name=dict(type="str", required=True, choices=list(budget.TIER_BITS)),
+    weights_dir=dict(type="path", required=True),
+    quantization=dict(type="str"),
+    dtype=dict(type="str", default="bfloat16", choices=["auto", "bfloat16", "float16", "half", "float32", "float"]),
+)
+
+ARGUMENT_SPEC = dict(
+    gpus=dict(type="list", elements="dict", required=True),
+    model_config=dict(type="dict", default={}),
+    tiers=dict(type="list", elements="dict", required=True, options=TIER_SPEC),
+    gpu_memory_utilization=dict(type="float"),
+    runtime_overhead_gib=dict(type="float"),
+    engine_version=dict(type="str"),
+    engine_platform=dict(type="str", default="cuda", choices=["cuda", "cpu"]),
+    max_num_batched_tokens=dict(type="int", no_log=False),
+    enforce_eager=dict(type="bool", default=False),
+    expert_parallel=dict(type="bool", default=False),
+    kv_cache_memory_bytes=dict(type="int"),
+    model_id=dict(type="str"),
+    calibration_entries=dict(type="dict", default={}),
+    kv_cache_dtype=dict(type="str", default="auto", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]),
+    max_model_len=dict(type="int"),
+    min_max_model_len=dict(type="int"),
+    max_num_seqs=dict(type="int", default=16),
+    min_max_num_seqs=dict(type="int", default=1),
+    tensor_parallel_size=dict(type="int"),
+    block_size=dict(type="int"),
+    max_model_len_multiple=dict(type="int", default=1024),
+    load_mtp=dict(type="bool", default=False),
+    fail_when_cannot_hold=dict(type="bool", default=True),
+)
+
+NO_CHECKPOINT = "no_checkpoint"
+BAD_INPUT = "bad_input"
+
+
+def engine_settings(params):
+    """What budget.plan models of the engine; the GPU model names the calibration key."""
+    gpus = params["gpus"]
+    return {
+        "version": params["engine_version"], "platform": params["engine_platform"],
+        "gpu_name": gpus[0].get("name") if gpus else None,
+        "max_num_batched_tokens": params["max_num_batched_tokens"], "enforce_eager": params["enforce_eager"],
+        "expert_parallel": params["expert_parallel"], "kv_cache_memory_bytes": params["kv_cache_memory_bytes"],
+        "runtime_overhead_gib": params["runtime_overhead_gib"], "model_id": params["model_id"],
+        "calibration_entries": params["calibration_entries"],
+    }
+
+
+def gpu_memory(device):
+    """(total, free) bytes of one GPU from nvml_facts; free counts our engine's memory as reclaimable."""
+    free = device.get("memory_free_for_engine")
+    if free is None:
+        free = device.get("memory_free")
+    return {"index": device.get("index"), "total": device.get("memory_total"), "free": free}
+
+
+def inspect_tiers(tiers, tp, overrides, load_mtp):
+    """What each tier's directory holds; tiers[] as budget.plan takes them, and the reports."""
+    inspected, planned = [], []
+    for tier in tiers:
+        found = dict(inspect_weights(tier["weights_dir"], tp, overrides), quantization=tier["name"])
+        if found["bits"] and found["bits"] != budget.TIER_BITS[tier["name"]]:
+            found["warnings"].append("tier %s (%s bit) holds a %s-bit checkpoint (%s); its measured size is used"
+                                     % (tier["name"], budget.TIER_BITS[tier["name"]], found["bits"],
+                                        found["weight_dtype"]))
+        per_rank = found["weight_bytes_per_rank"]
+        if per_rank is not None and load_mtp:
+            per_rank += found["mtp_bytes_per_rank"]
+        inspected.append(found)
+        planned.append(dict(tier, present=found["status"] != checkpoint.ABSENT, status=found["status"],
+                            reason=found["reason"], profile=found["profile"], bits=found["bits"],
+                            measured_bytes=found["measured_bytes"], weight_bytes_per_rank=per_rank))
+    return inspected, planned
+
+
+def first_profile(inspected):
+    """The profile of the first tier with a readable config.json (the tiers hold one model)."""
+    return next((found["profile"] for found in inspected if found["profile"]), None)
+
+
+def run_plan(module, profile, tiers):
+    params = module.params
+    return budget.plan(
+        profile, tiers, [gpu_memory(g) for g in params["gpus"]],
+        gpu_memory_utilization=params["gpu_memory_utilization"],
+        kv_cache_dtype=params["kv_cache_dtype"],
+        max_model_len=params["max_model_len"],
+        min_max_model_len=params["min_max_model_len"],
+        max_num_seqs=params["max_num_seqs"],
+        min_max_num_seqs=params["min_max_num_seqs"],
+        tensor_parallel_size=params["tensor_parallel_size"],
+        block_size=params["block_size"],
+        max_model_len_multiple=params["max_model_len_multiple"],
+        load_mtp=params["load_mtp"],
+        engine=engine_settings(params),
+    )
+
+
+def plan_around_damage(module, profile, tiers, inspected):
+    """Plan with damaged tiers as candidates; fail pre-flight when one of them is chosen, else plan without them."""
+    result = run_plan(module, profile, tiers)
+    damaged = {t["name"]: t for t in tiers if t["status"] == checkpoint.WEIGHT_LOADING}
+    chosen = damaged.get(result.get("quantization"))
+    if chosen is not None:
+        module.fail_json(msg="engine_budget: weight loading would fail for tier %s: %s; check the weight directory and "
+                             "file list" % (chosen["name"], chosen["reason"]),
+                         status=checkpoint.WEIGHT_LOADING, weight_dirs=inspected, model_profile=profile)
+    if damaged:
+        result = run_plan(module, profile, [dict(t, present=t["name"] not in damaged) for t in tiers])
+    return result
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    params = module.params
+    gpus = params["gpus"]
+    mig = [str(g.get("index")) for g in gpus if (g.get("mig_mode") or {}).get("current")]
+    if mig:
+        module.fail_json(msg="MIG is enabled on GPU(s) %s: budget whole GPUs only; disable MIG "
+                             "(nvidia-smi -mig 0) or leave those GPUs out of O(gpus)" % ", ".join(mig),
+                         status=BAD_INPUT)
+    tp = params["tensor_parallel_size"] or max(len(gpus), 1)
+    inspected, tiers = inspect_tiers(params["tiers"], tp, params["model_config"], params["load_mtp"])
+    overridden = [f for f in inspected if f["problem"] == "bad_override"]
+    if overridden:
+        module.fail_json(msg="engine_budget: model_config: %s" % overridden[0]["reason"], status=BAD_INPUT,
+                         weight_dirs=inspected)
+    profile = first_profile(inspected)
+    damaged = [f for f in inspected if f["status"] == checkpoint.WEIGHT_LOADING]
+    if profile is None and damaged:
+        module.fail_json(msg="engine_budget: weight loading would fail: %s" % "; ".join(f["reason"] for f in damaged),
+                         status=checkpoint.WEIGHT_LOADING, weight_dirs=inspected)
+    if profile is None:
+        module.fail_json(msg="engine_budget: no tier's weights_dir holds a readable checkpoint: %s"
+                             % "; ".join("%s: %s" % (f["quantization"], f["reason"]) for f in inspected),
+                         status=NO_CHECKPOINT, weight_dirs=inspected)
+    try:
+        result = plan_around_damage(module, profile, tiers, inspected)
+    except budget.BudgetInputError as err:
+        module.fail_json(msg="engine_budget: %s" % err, status=BAD_INPUT, weight_dirs=inspected, model_profile=profile)
+    result.update(weight_dirs=inspected, model_profile=profile)
+    if not result["fits"] and params["fail_when_cannot_hold"]:
+        module.fail_json(**dict(result, msg=result["reason"]))
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+# -*- coding: utf-8 -*-
+"""The calibration store: keys, measurement from the engine's lines, atomic and strict files."""
+import json
+
+import pytest
+
+from ansible_collections.hy3.fleet.plugins.module_utils import calibration
+from ansible_collections.hy3.fleet.plugins.module_utils.calibration import CalibrationError
+
+GIB = 1024 ** 3
+FIELDS = {"gpu_name": "NVIDIA H200", "engine_version": "0.30.0", "model": "hy3", "quantization": "fp8",
+          "tensor_parallel_size": 8, "max_num_batched_tokens": 8192, "max_num_seqs": 16,
+          "enforce_eager": False, "kv_cache_dtype": "auto"}
+TABLE = {"engine_request": 128 * GIB, "weights": 40 * GIB, "overhead": 4 * GIB, "kv_available": 84 * GIB,
+         "kv_cache_tokens": 1_000_000, "overhead_source": "model"}
+
+
+def test_key_names_every_field_and_tells_settings_apart():
+    key = calibration.calibration_key(FIELDS)
+    assert "gpu_name=nvidia h200" in key and "enforce_eager=false" in key
+    assert key != calibration.calibration_key(dict(FIELDS, max_num_seqs=32))
+    with pytest.raises(CalibrationError, match="lacks max_num_seqs"):
+        calibration.calibration_key({k: v for k, v in FIELDS.items() if k != "max_num_seqs"})
+
+
+def test_measure_from_tokens_is_exact_to_the_budgets_own_weights():
+    # The engine found 5% fewer tokens than predicted: its overhead is 5% of the KV bigger.
+    m = calibration.measure({"kv_cache_tokens": 950_000, "kv_cache_gib": 79.8, "weights_gib": 40.5}, TABLE)
+    assert m["status"] == "measured"
+    assert m["overhead_bytes"] == 128 * GIB - 40 * GIB - int(84 * GIB * 0.95)
+    assert m["predicted_kv_cache_tokens"] == 1_000_000 and m["kv_cache_tokens"] == 950_000
+
+
+def test_measure_falls_back_to_the_gib_line_and_says_when_nothing_was_printed():
+    by_gib = calibration.measure({"kv_cache_gib": 80.0}, TABLE)
+    assert by_gib["overhead_bytes"] == 8 * GIB
+    none = calibration.measure({}, TABLE)
+    assert none["status"] == "not_measured" and none["overhead_bytes"] is None and "model stays" in none["note"]
+    explicit = calibration.measure({"kv_cache_tokens": 10}, dict(TABLE, overhead_source="explicit_kv"))
+    assert explicit["status"] == "explicit_kv"
+    with pytest.raises(CalibrationError, match="lacks weights"):
+        calibration.measure({}, {"engine_request": 1})
+
+
+def test_record_then_lookup_only_the_same_key(tmp_path):
+    store = calibration.empty_store()
+    m = calibration.measure({"kv_cache_tokens": 950_000}, TABLE)
+    store, changed = calibration.record_entry(store, FIELDS, m, "gpu-1", "2026-12-03T07:00:00Z")
+    assert changed
+    again, changed_again = calibration.record_entry(store, FIELDS, m, "gpu-2", "2026-12-03T08:00:00Z")
+    assert not changed_again and again is store
+    assert calibration.lookup(store["entries"], FIELDS)["host"] == "gpu-1"
+    assert calibration.lookup(store["entries"], dict(FIELDS, gpu_name="NVIDIA H100 80GB HBM3")) is None
+    path = str(tmp_path / "sub" / "store.json")
+    calibration.save_store(path, store)
+    assert calibration.load_store(path) == store
+
+
+def test_not_measured_is_never_recorded():
+    store, changed = calibration.record_entry(calibration.empty_store(), FIELDS, {"status": "not_measured"}, "h", None)
+    assert not changed and store["entries"] == {}
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", "is not valid JSON"),
+    (json.dumps({"entries": {}}), "is not a format-1 store"),
+    (json.dumps({"format": 1, "entries": {"x": {"overhead_bytes": "1", "key": {}}}}), "no integer overhead_bytes"),
+    (json.dumps({"format": 1, "entries": {"x": {"overhead_bytes": 1, "key": FIELDS}}}), "does not match its own key"),
+])
+def test_a_corrupt_store_is_an_error_naming_the_file(tmp_path, content, message):
+    path = tmp_path / "store.json"
+    path.write_text(content)
+    with pytest.raises(CalibrationError) as err:
+        calibration.load_store(str(path))
+    assert message in str(err.value) and str(path) in str(err.value)
+
+
+def test_an_absent_store_is_empty_and_a_folder_is_refused(tmp_path):
+    assert calibration.load_store(str(tmp_path / "none.json")) == calibration.empty_store()
+    with pytest.raises(CalibrationError, match="is not a file"):
+        calibration.load_store(str(tmp_path))

@@ -1,0 +1,311 @@
+# -*- coding: utf-8 -*-
+"""config.json -> profile and parameter counts, on real public config.json contents.
+
+Each CONFIG below is the model's config.json from its Hugging Face repository (fields that only
+steer training or generation left out); the card figures are the models' own published numbers.
+Cards round (one or two significant digits) and vendors differ on whether the input embedding
+counts as "active" (Mixtral counts it, DeepSeek and Qwen leave it out; the count here includes
+it), so totals must be within 1% and active counts within 2%.
+"""
+import json
+
+import pytest
+
+from ansible_collections.hy3.fleet.plugins.module_utils.model_config import (
+    ModelConfigError, count_params, model_profile, read_model_profile)
+
+# https://huggingface.co/tencent/Hy3-preview (config.json; shared/notes/hy3-checkpoint.md)
+HY3 = {
+    "architectures": ["HYV3ForCausalLM"], "model_type": "hy_v3", "dtype": "bfloat16", "num_hidden_layers": 80,
+    "first_k_dense_replace": 1, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
+    "hidden_size": 4096, "intermediate_size": 13312, "moe_intermediate_size": 1536, "num_experts": 192,
+    "num_experts_per_tok": 8, "num_shared_experts": 1, "num_nextn_predict_layers": 1,
+    "max_position_embeddings": 262144, "vocab_size": 120832, "tie_word_embeddings": False,
+}
+# https://huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json (card: 8B; 8.03B in safetensors)
+LLAMA_31_8B = {
+    "architectures": ["LlamaForCausalLM"], "attention_bias": False, "bos_token_id": 128000, "eos_token_id": 128001,
+    "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336,
+    "max_position_embeddings": 131072, "mlp_bias": False, "model_type": "llama", "num_attention_heads": 32,
+    "num_hidden_layers": 32, "num_key_value_heads": 8, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 128256,
+}
+# https://huggingface.co/meta-llama/Llama-3.1-70B/blob/main/config.json (70.6B in safetensors)
+LLAMA_31_70B = dict(LLAMA_31_8B, hidden_size=8192, intermediate_size=28672, num_attention_heads=64,
+                    num_hidden_layers=80)
+# https://huggingface.co/mistralai/Mixtral-8x7B-v0.1/blob/main/config.json
+# card (https://mistral.ai/news/mixtral-of-experts): 46.7B total, 12.9B per token
+MIXTRAL_8X7B = {
+    "architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2,
+    "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336,
+    "max_position_embeddings": 32768, "model_type": "mixtral", "num_attention_heads": 32, "num_experts_per_tok": 2,
+    "num_hidden_layers": 32, "num_key_value_heads": 8, "num_local_experts": 8, "output_router_logits": False,
+    "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02, "sliding_window": None,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 32000,
+}
+# https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json
+# card (README, README_WEIGHTS.md): 671B total, 37B activated, MTP module 11.5B unique parameters
+DEEPSEEK_V3 = {
+    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "first_k_dense_replace": 3,
+    "hidden_act": "silu", "hidden_size": 7168, "intermediate_size": 18432, "kv_lora_rank": 512,
+    "max_position_embeddings": 163840, "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_group": 8,
+    "n_routed_experts": 256, "n_shared_experts": 1, "norm_topk_prob": True, "num_attention_heads": 128,
+    "num_experts_per_tok": 8, "num_hidden_layers": 61, "num_key_value_heads": 128, "num_nextn_predict_layers": 1,
+    "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+    "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                            "weight_block_size": [128, 128]},
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+                     "original_max_position_embeddings": 4096, "type": "yarn"},
+    "rope_theta": 10000, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "tie_word_embeddings": False,
+    "topk_group": 4, "topk_method": "noaux_tc", "torch_dtype": "bfloat16", "v_head_dim": 128, "vocab_size": 129280,
+}
+# https://huggingface.co/Qwen/Qwen3-30B-A3B/blob/main/config.json (card: 30.5B total, 3.3B activated)
+QWEN3_30B_A3B = {
+    "architectures": ["Qwen3MoeForCausalLM"], "attention_bias": False, "decoder_sparse_step": 1, "head_dim": 128,
+    "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 6144, "max_position_embeddings": 40960,
+    "max_window_layers": 48, "mlp_only_layers": [], "model_type": "qwen3_moe", "moe_intermediate_size": 768,
+    "norm_topk_prob": True, "num_attention_heads": 32, "num_experts": 128, "num_experts_per_tok": 8,
+    "num_hidden_layers": 48, "num_key_value_heads": 4, "rms_norm_eps": 1e-06, "rope_scaling": None,
+    "rope_theta": 1000000.0, "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "use_sliding_window": False, "vocab_size": 151936,
+}
+# https://huggingface.co/Qwen/Qwen2-57B-A14B/blob/main/config.json (card: 57B total, 14B activated)
+QWEN2_57B_A14B = {
+    "architectures": ["Qwen2MoeForCausalLM"], "decoder_sparse_step": 1, "hidden_act": "silu", "hidden_size": 3584,
+    "intermediate_size": 18944, "max_position_embeddings": 131072, "max_window_layers": 28, "model_type": "qwen2_moe",
+    "moe_intermediate_size": 2560, "norm_topk_prob": False, "num_attention_heads": 28, "num_experts": 64,
+    "num_experts_per_tok": 8, "num_hidden_layers": 28, "num_key_value_heads": 4, "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0, "shared_expert_intermediate_size": 20480, "sliding_window": 65536,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "use_sliding_window": False, "vocab_size": 151936,
+}
+# https://huggingface.co/google/gemma-2-9b/blob/main/config.json (9.24B in safetensors; ties embeddings by default)
+GEMMA2_9B = {
+    "architectures": ["Gemma2ForCausalLM"], "attention_bias": False, "attn_logit_softcapping": 50.0,
+    "cache_implementation": "hybrid", "final_logit_softcapping": 30.0, "head_dim": 256,
+    "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 3584, "intermediate_size": 14336,
+    "max_position_embeddings": 8192, "model_type": "gemma2", "num_attention_heads": 16, "num_hidden_layers": 42,
+    "num_key_value_heads": 8, "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06, "rope_theta": 10000.0,
+    "sliding_window": 4096, "sliding_window_size": 4096, "torch_dtype": "float32", "vocab_size": 256000,
+}
+# https://huggingface.co/openai/gpt-oss-20b/blob/main/config.json (layer_types spelled out there: 24 entries
+# alternating sliding, full); card (https://openai.com/index/introducing-gpt-oss/): 21B total, 3.6B active
+GPT_OSS_20B = {
+    "architectures": ["GptOssForCausalLM"], "attention_bias": True, "attention_dropout": 0.0, "eos_token_id": 200002,
+    "experts_per_token": 4, "head_dim": 64, "hidden_act": "silu", "hidden_size": 2880, "initial_context_length": 4096,
+    "initializer_range": 0.02, "intermediate_size": 2880,
+    "layer_types": ["sliding_attention", "full_attention"] * 12, "max_position_embeddings": 131072,
+    "model_type": "gpt_oss", "num_attention_heads": 64, "num_experts_per_tok": 4, "num_hidden_layers": 24,
+    "num_key_value_heads": 8, "num_local_experts": 32, "output_router_logits": False, "pad_token_id": 199999,
+    "quantization_config": {"modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                       "model.embed_tokens", "lm_head"], "quant_method": "mxfp4"},
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0, "original_max_position_embeddings": 4096,
+                     "rope_type": "yarn", "truncate": False},
+    "rope_theta": 150000, "router_aux_loss_coef": 0.9, "sliding_window": 128, "swiglu_limit": 7.0,
+    "tie_word_embeddings": False, "use_cache": True, "vocab_size": 201088,
+}
+# https://huggingface.co/mistralai/Mistral-Small-3.1-24B-Instruct-2503/blob/main/config.json (text part)
+MISTRAL_SMALL_31 = {
+    "architectures": ["Mistral3ForConditionalGeneration"], "model_type": "mistral3", "image_token_index": 10,
+    "multimodal_projector_bias": False, "projector_hidden_act": "gelu", "spatial_merge_size": 2,
+    "text_config": {"head_dim": 128, "hidden_act": "silu", "hidden_size": 5120, "intermediate_size": 32768,
+                    "max_position_embeddings": 131072, "model_type": "mistral", "num_attention_heads": 32,
+                    "num_hidden_layers": 40, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
+                    "rope_theta": 1000000000.0, "sliding_window": None, "vocab_size": 131072},
+    "torch_dtype": "bfloat16", "vision_config": {"hidden_size": 1024, "num_hidden_layers": 24, "patch_size": 14},
+}
+
+B = 1e9
+
+
+def within(value, card, tolerance):
+    return abs(value - card) / card <= tolerance
+
+
+def test_hy3_reads_every_field_and_counts_295_21_3_8():
+    p = model_profile(HY3)
+    assert p["status"] == "read" and p["guessed"] == [] and p["warnings"] == []
+    assert (p["architecture"], p["model_type"], p["dtype"]) == ("HYV3ForCausalLM", "hy_v3", "bfloat16")
+    assert (p["num_hidden_layers"], p["num_key_value_heads"], p["head_dim"]) == (80, 8, 128)
+    assert p["max_position_embeddings"] == 262144 and p["mla"] is None and p["quantization"] is None
+    assert p["moe"] == {"num_experts": 192, "num_experts_per_tok": 8, "num_shared_experts": 1,
+                        "moe_intermediate_size": 1536, "shared_expert_intermediate_size": 1536, "dense_layers": [0]}
+    assert p["layer_types"] == ["full_attention"] * 80 and p["sliding_window"] is None
+    params = p["params"]
+    # the note's arithmetic: attention 80 x 75.5M, 79 MoE layers x (193 experts x 18.9M + router),
+    # dense layer 0, embedding and untied head 2 x 120832 x 4096, norms
+    attention = 2 * 4096 * 8192 + 2 * 4096 * 1024
+    expert = 3 * 4096 * 1536
+    assert params["embedding"] == 2 * 120832 * 4096
+    assert params["total"] == (80 * attention + 79 * (193 * expert + 4096 * 192) + 3 * 4096 * 13312
+                               + 2 * 120832 * 4096 + 4096 * 161)
+    assert within(params["total"], 295 * B, 0.01)
+    assert params["active"] == params["total"] - 79 * 184 * expert
+    assert within(params["active"], 21 * B, 0.02)          # 20.68B; the card rounds to 21B
+    assert params["mtp"] == attention + 193 * expert + 4096 * 192 + 2 * 4096 * 4096 + 5 * 4096
+    assert within(params["mtp"], 3.8 * B, 0.015)           # 3.75B; the card rounds to 3.8B
+
+
+@pytest.mark.parametrize("config, total, active", [
+    (LLAMA_31_8B, 8.03 * B, None),
+    (LLAMA_31_70B, 70.6 * B, None),
+    (MIXTRAL_8X7B, 46.7 * B, 12.9 * B),
+    (DEEPSEEK_V3, 671 * B, 37 * B),
+    (QWEN3_30B_A3B, 30.5 * B, 3.3 * B),
+    (QWEN2_57B_A14B, 57 * B, 14 * B),
+    (GEMMA2_9B, 9.24 * B, None),
+], ids=["llama-3.1-8b", "llama-3.1-70b", "mixtral-8x7b", "deepseek-v3", "qwen3-30b-a3b", "qwen2-57b-a14b",
+        "gemma-2-9b"])
+def test_public_families_match_their_cards(config, total, active):
+    p = model_profile(config)
+    assert p["status"] == "read" and not p["warnings"]
+    assert within(p["params"]["total"], total, 0.01), p["params"]["total"]
+    if active is None:                                      # dense: every parameter is active
+        assert p["params"]["active"] == p["params"]["total"] and p["moe"] is None
+    else:
+        assert within(p["params"]["active"], active, 0.02), p["params"]["active"]
+
+
+def test_llama3_rope_keeps_the_context_and_gqa_reads_kv_heads():
+    p = model_profile(LLAMA_31_8B)
+    assert p["max_position_embeddings"] == 131072           # vLLM applies no factor for llama3 rope
+    assert (p["num_key_value_heads"], p["head_dim"], p["tie_word_embeddings"]) == (8, 128, False)
+    assert p["guessed"] == ["head_dim"]                     # hidden / heads, not in the file
+
+
+def test_deepseek_mla_shared_experts_dense_first_layers_mtp_and_fp8():
+    p = model_profile(DEEPSEEK_V3)
+    assert p["mla"] == {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "q_lora_rank": 1536, "qk_nope_head_dim": 128,
+                        "v_head_dim": 128}
+    assert p["moe"]["num_experts"] == 256 and p["moe"]["num_shared_experts"] == 1
+    assert p["moe"]["dense_layers"] == [0, 1, 2] and p["num_nextn_predict_layers"] == 1
+    assert p["max_position_embeddings"] == 4096 * 40        # yarn: original length x factor, as vLLM derives
+    assert p["quantization"] == {"method": "fp8", "bits": 8, "group_size": [128, 128], "ignored_layers": []}
+    assert p["dtype"] == "bfloat16"                         # torch_dtype spelling
+    assert within(p["params"]["mtp"], 11.5 * B, 0.01)       # unique MTP parameters (embedding and head shared)
+
+
+def test_mixtral_expert_size_is_intermediate_size_and_has_no_shared_expert():
+    moe = model_profile(MIXTRAL_8X7B)["moe"]
+    assert moe == {"num_experts": 8, "num_experts_per_tok": 2, "num_shared_experts": 0,
+                   "moe_intermediate_size": 14336, "shared_expert_intermediate_size": 0, "dense_layers": []}
+
+
+def test_qwen_moe_spellings():
+    qwen2 = model_profile(QWEN2_57B_A14B)
+    assert qwen2["moe"]["num_shared_experts"] == 1 and qwen2["moe"]["shared_expert_intermediate_size"] == 20480
+    assert qwen2["sliding_window"] is None                  # use_sliding_window false
+    sparse_every_2nd = model_profile(dict(QWEN3_30B_A3B, decoder_sparse_step=2, mlp_only_layers=[1]))
+    assert sparse_every_2nd["moe"]["dense_layers"] == sorted(list(range(0, 48, 2)) + [1])
+    assert sparse_every_2nd["moe"]["dense_layers"] != []
+
+
+def test_gemma2_alternates_sliding_and_full_layers_and_ties_embeddings():
+    p = model_profile(GEMMA2_9B)
+    assert p["layer_types"][:4] == ["sliding_attention", "full_attention"] * 2
+    assert p["layer_types"].count("full_attention") == 21 and p["sliding_window"] == 4096
+    assert p["tie_word_embeddings"] and "tie_word_embeddings" in p["guessed"]
+    assert p["dtype"] == "float32"
+
+
+def test_gpt_oss_sliding_moe_with_mxfp4():
+    p = model_profile(GPT_OSS_20B)
+    assert p["status"] == "read" and within(p["params"]["total"], 21 * B, 0.01)
+    # OpenAI's 3.6B active leaves the input embedding out; this count keeps it in (+0.58B)
+    assert within(p["params"]["active"] - 201088 * 2880, 3.6 * B, 0.02)
+    assert p["layer_types"][:2] == ["sliding_attention", "full_attention"] and p["sliding_window"] == 128
+    assert p["moe"]["num_experts"] == 32 and p["moe"]["num_experts_per_tok"] == 4 and p["moe"]["dense_layers"] == []
+    assert p["quantization"]["method"] == "mxfp4" and p["quantization"]["bits"] == 4
+    assert "lm_head" in p["quantization"]["ignored_layers"]
+    assert p["max_position_embeddings"] == 4096 * 32         # yarn from the original length, as vLLM derives
+
+
+def test_explicit_layer_types_and_hybrid_linear_layers():
+    cfg = dict(LLAMA_31_8B, num_hidden_layers=4, layer_types=["linear_attention", "linear_attention",
+                                                              "linear_attention", "full_attention"],
+               linear_num_value_heads=32, linear_key_head_dim=128)
+    p = model_profile(cfg)
+    assert p["layer_types"] == ["linear_attention"] * 3 + ["full_attention"]
+    assert p["linear_state"] == {"linear_num_value_heads": 32, "linear_key_head_dim": 128}
+    assert any("approximate" in w for w in p["warnings"])
+
+
+def test_multimodal_reads_the_nested_text_config():
+    p = model_profile(MISTRAL_SMALL_31)
+    assert p["architecture"] == "Mistral3ForConditionalGeneration" and p["status"] == "read"
+    assert (p["num_hidden_layers"], p["num_key_value_heads"], p["head_dim"], p["hidden_size"]) == (40, 8, 128, 5120)
+    assert p["max_position_embeddings"] == 131072 and p["dtype"] == "bfloat16"      # dtype from the top level
+    assert within(p["params"]["total"], 23.6 * B, 0.03)     # 24B card includes the ~0.4B vision tower
+
+
+def test_unknown_architecture_falls_back_and_names_every_guess():
+    cfg = {"architectures": ["FooForCausalLM"], "model_type": "foo", "hidden_size": 1024, "num_hidden_layers": 4,
+           "num_attention_heads": 8, "vocab_size": 1000}
+    p = model_profile(cfg)
+    assert p["status"] == "generic_fallback" and "FooForCausalLM" in p["warnings"][0]
+    assert set(p["guessed"]) == {"intermediate_size", "tie_word_embeddings", "num_key_value_heads", "head_dim",
+                                 "max_position_embeddings", "dtype"}
+    assert (p["num_key_value_heads"], p["head_dim"], p["intermediate_size"]) == (8, 128, 4096)
+    assert p["max_position_embeddings"] == 2048                # vLLM's own assumption
+
+
+def test_quantization_configs():
+    from ansible_collections.hy3.fleet.plugins.module_utils.model_config import quantization
+    assert quantization({"quant_method": "fp8", "activation_scheme": "static",
+                         "ignored_layers": ["lm_head", "model.embed_tokens"]}) == {
+        "method": "fp8", "bits": 8, "group_size": None, "ignored_layers": ["lm_head", "model.embed_tokens"]}
+    assert quantization({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False})["bits"] == 4
+    assert quantization({"quant_method": "awq", "bits": 4, "group_size": 128, "modules_to_not_convert": ["gate"]}) == {
+        "method": "awq", "bits": 4, "group_size": 128, "ignored_layers": ["gate"]}
+    ct = {"quant_method": "compressed-tensors", "ignore": ["lm_head"],
+          "config_groups": {"group_0": {"weights": {"num_bits": 4, "group_size": 32}}}}
+    assert quantization(ct) == {"method": "compressed-tensors", "bits": 4, "group_size": 32, "ignored_layers": ["lm_head"]}
+    assert quantization({"quant_method": "mxfp4"})["bits"] == 4 and quantization(None) is None
+
+
+def test_counting_is_pure_and_reusable():
+    p = model_profile(HY3)
+    assert count_params(p) == p["params"]
+
+
+@pytest.mark.parametrize("config, field, words", [
+    (dict(HY3, hidden_size=None), "hidden_size", "is missing"),
+    ({k: v for k, v in HY3.items() if k != "num_hidden_layers"}, "num_hidden_layers", "is missing"),
+    (dict(HY3, num_attention_heads="64"), "num_attention_heads", "positive integer"),
+    (dict(HY3, vocab_size=0), "vocab_size", "positive integer"),
+    ([1, 2], "(top level)", "JSON object"),
+])
+def test_bad_configs_name_the_file_and_field(config, field, words):
+    with pytest.raises(ModelConfigError) as caught:
+        model_profile(config, source="/m/config.json")
+    assert caught.value.field == field and caught.value.status == "bad_config"
+    assert str(caught.value).startswith("/m/config.json: %s" % field) and words in str(caught.value)
+
+
+def test_read_model_profile_errors_and_overrides(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text("{not json")
+    with pytest.raises(ModelConfigError, match=r"config.json: \(json\) is not valid JSON"):
+        read_model_profile(str(path))
+    with pytest.raises(ModelConfigError, match="cannot be read"):
+        read_model_profile(str(tmp_path / "absent.json"))
+    path.write_text(json.dumps(HY3))
+    p = read_model_profile(str(path), overrides={"max_position_embeddings": 131072})
+    assert p["max_position_embeddings"] == 131072 and p["source"] == str(path)
+
+
+def test_an_override_that_breaks_the_reading_is_blamed_on_the_override(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(HY3))
+    with pytest.raises(ModelConfigError) as caught:
+        read_model_profile(str(path), overrides={"num_key_value_heads": 0})
+    assert caught.value.status == "bad_override" and caught.value.field == "num_key_value_heads"
+    assert str(caught.value).startswith("the override merged over %s: num_key_value_heads" % path)
+    path.write_text(json.dumps(dict(HY3, vocab_size=None)))
+    with pytest.raises(ModelConfigError) as caught:                # the file's own fault stays the file's
+        read_model_profile(str(path), overrides={"max_position_embeddings": 1024})
+    assert caught.value.status == "bad_config" and caught.value.field == "vocab_size"
+    assert str(caught.value).startswith("%s: vocab_size is missing" % path)

@@ -1,0 +1,168 @@
+# -*- coding: utf-8 -*-
+"""engine_budget: the profile and sizes come from the tiers' checkpoints; damaged ones fail before anything runs."""
+import os
+
+import sample_checkpoints
+from module_harness import run_module
+
+from ansible_collections.hy3.fleet.plugins.modules import engine_budget
+
+GIB = 1024 ** 3
+
+
+def devices(n, total_gib, free_gib, **extra):
+    return [dict({"index": i, "memory_total": int(total_gib * GIB), "memory_free": int(free_gib * GIB)}, **extra)
+            for i in range(n)]
+
+
+def args(tiers, **extra):
+    return dict({"gpus": devices(2, 16, 16), "max_model_len": 4096, "max_num_seqs": 1, "tiers": tiers}, **extra)
+
+
+def truncate_a_shard(directory):
+    shard = sorted(f for f in os.listdir(directory) if f.endswith(".safetensors"))[1]
+    os.truncate(os.path.join(directory, shard), 1000)
+    return shard
+
+
+def test_profile_and_weights_come_from_the_checkpoint(tmp_path):
+    bf16 = sample_checkpoints.write(tmp_path / "bf16")
+    out = run_module(engine_budget.main, args([{"name": "bf16", "weights_dir": bf16}]))
+    assert not out.failed and out.result["changed"] is False
+    r = out.result
+    assert r["model_profile"]["architecture"] == "HYV3ForCausalLM" and r["model_profile"]["num_hidden_layers"] == 3
+    found = r["weight_dirs"][0]
+    assert (found["quantization"], found["status"], found["tensor_parallel_size"]) == ("bf16", "ok", 2)
+    assert r["budget_bytes"]["weights_measured"] == found["weight_bytes_per_rank"]
+    assert r["total_params_b"] == round(found["params_config"]["total"] / 1e9, 2)
+
+
+def test_load_mtp_counts_the_mtp_layer_bytes(tmp_path):
+    bf16 = sample_checkpoints.write(tmp_path / "bf16")
+    tiers = [{"name": "bf16", "weights_dir": bf16}]
+    without = run_module(engine_budget.main, args(tiers)).result
+    found = without["weight_dirs"][0]
+    with_mtp = run_module(engine_budget.main, args(tiers, load_mtp=True)).result
+    assert with_mtp["budget_bytes"]["weights_measured"] == found["weight_bytes_per_rank"] + found["mtp_bytes_per_rank"]
+
+
+def test_model_config_overrides_what_was_read(tmp_path):
+    bf16 = sample_checkpoints.write(tmp_path / "bf16")
+    r = run_module(engine_budget.main, args([{"name": "bf16", "weights_dir": bf16}], max_model_len=None,
+                                         model_config={"max_position_embeddings": 2048})).result
+    assert r["model_profile"]["max_position_embeddings"] == 2048 and r["max_model_len"] == 2048
+
+
+def test_absent_tier_is_skipped_with_its_status(tmp_path):
+    fp8 = sample_checkpoints.write(tmp_path / "fp8", "fp8")
+    r = run_module(engine_budget.main, args([{"name": "bf16", "weights_dir": str(tmp_path / "absent")},
+                                          {"name": "fp8", "weights_dir": fp8}])).result
+    assert r["quantization"] == "fp8" and r["vllm_quantization"] == "fp8"
+    assert r["skipped_tiers"][0]["quantization"] == "bf16" and r["skipped_tiers"][0]["status"] == "absent"
+    assert [d["status"] for d in r["weight_dirs"]] == ["absent", "ok"]
+
+
+def test_chosen_damaged_tier_fails_before_anything_runs(tmp_path):
+    bf16 = sample_checkpoints.write(tmp_path / "bf16")
+    fp8 = sample_checkpoints.write(tmp_path / "fp8", "fp8")
+    shard = truncate_a_shard(bf16)
+    out = run_module(engine_budget.main, args([{"name": "bf16", "weights_dir": bf16},
+                                            {"name": "fp8", "weights_dir": fp8}]))
+    assert out.failed and out.result["status"] == "weight_loading"
+    assert "weight loading would fail for tier bf16" in out.result["msg"] and shard in out.result["msg"]
+    assert "check the weight directory and file list" in out.result["msg"]
+    damaged = out.result["weight_dirs"][0]
+    assert (damaged["status"], damaged["problem"]) == ("weight_loading", "truncated")
+    assert damaged["profile"]["model_type"] == "hy_v3" and out.result["weight_dirs"][1]["status"] == "ok"
+
+
+def test_damaged_tier_the_budget_would_not_choose_is_reported_and_skipped(tmp_path):
+    bf16 = sample_checkpoints.write(tmp_path / "bf16")
+    int4 = sample_checkpoints.write(tmp_path / "int4", "int4")
+    truncate_a_shard(int4)
+    r = run_module(engine_budget.main, args([{"name": "bf16", "weights_dir": bf16},
+                                          {"name": "int4", "weights_dir": int4}])).result
+    assert r["quantization"] == "bf16" and r["fits"]
+    assert r["skipped_tiers"] == [{"quantization": "int4", "status": "weight_loading",
+                                   "reason": r["weight_dirs"][1]["reason"]}]
+    assert all(step["quantization"] != "int4" for step in r["ladder"])
+
+
+def test_no_checkpoint_anywhere(tmp_path):
+    out = run_module(engine_budget.main, args([{"name": "bf16", "weights_dir": str(tmp_path / "none")}]))
+    assert out.failed and out.result["status"] == "no_checkpoint" and "bf16: " + str(tmp_path / "none") in out.result["msg"]
+
+
+def test_bad_config_in_the_only_tier_is_a_weight_loading_failure(tmp_path):
+    d = tmp_path / "bf16"
+    d.mkdir()
+    (d / "config.json").write_text("{")
+    out = run_module(engine_budget.main, args([{"name": "bf16", "weights_dir": str(d)}]))
+    assert out.failed and out.result["status"] == "weight_loading"
+    assert str(d / "config.json") in out.result["msg"] and "not valid JSON" in out.result["msg"]
+
+
+def test_tier_holding_another_precision_warns(tmp_path):
+    fp8 = sample_checkpoints.write(tmp_path / "fp8", "fp8")
+    r = run_module(engine_budget.main, args([{"name": "bf16", "weights_dir": fp8}])).result
+    assert any("tier bf16 (16 bit) holds a 8-bit checkpoint" in w for w in r["weight_dirs"][0]["warnings"])
+
+
+def test_cannot_hold_fails_or_reports(tmp_path):
+    bf16 = sample_checkpoints.write(tmp_path / "bf16")
+    # the engine's own buffers (runtime workspaces, sampler) alone outgrow a 0.5 GiB card
+    base = args([{"name": "bf16", "weights_dir": bf16}], gpus=devices(1, 0.5, 0.5))
+    out = run_module(engine_budget.main, base)
+    assert out.failed and "this host cannot hold the model" in out.result["msg"]
+    out = run_module(engine_budget.main, dict(base, fail_when_cannot_hold=False), check_mode=True)
+    assert not out.failed and out.result["verdict"] == "cannot hold" and out.result["weight_dirs"][0]["status"] == "ok"
+
+
+def test_bad_inputs_fail_cleanly(tmp_path):
+    base = args([{"name": "bf16", "weights_dir": sample_checkpoints.write(tmp_path / "bf16")}])
+    cases = [
+        ({"gpu_memory_utilization": 1.2}, "gpu_memory_utilization must be in (0, 1]", "bad_input"),
+        ({"tensor_parallel_size": 3}, "more than the 2 GPU(s)", "bad_input"),
+        ({"tiers": [{"name": "int2", "weights_dir": "/x"}]}, "value of name must be one of", None),
+        ({"model_config": {"head_dim": -1}}, "the override merged over %s: head_dim must be a positive integer"
+         % os.path.join(str(tmp_path / "bf16"), "config.json"), "bad_input"),
+        ({"gpus": devices(1, 16, 16, mig_mode={"current": True, "pending": True})}, "MIG is enabled on GPU(s) 0",
+         "bad_input"),
+        ({"max_num_seqs": "many"}, "cannot be converted to an int", None),
+    ]
+    for extra, message, status in cases:
+        out = run_module(engine_budget.main, dict(base, **extra))
+        assert out.failed, extra
+        assert message in out.result["msg"], (extra, out.result["msg"])
+        assert out.result.get("status") == status, (extra, out.result)
+        assert "Traceback" not in out.result["msg"]
+
+
+def test_tier_quantization_override(tmp_path):
+    int4 = sample_checkpoints.write(tmp_path / "int4", "int4")
+    r = run_module(engine_budget.main, args([{"name": "int4", "quantization": "awq_marlin", "weights_dir": int4}])).result
+    assert r["vllm_quantization"] == "awq_marlin"
+    r = run_module(engine_budget.main, args([{"name": "int4", "weights_dir": int4}])).result
+    assert r["vllm_quantization"] is None                      # read from the checkpoint
+
+
+def test_engine_settings_reach_the_budget(tmp_path):
+    """The engine knobs are budget inputs; the CPU engine's KV cache is exactly what it is told."""
+    bf16 = sample_checkpoints.write(tmp_path / "bf16")
+    tiers = [{"name": "bf16", "weights_dir": bf16}]
+    eager = run_module(engine_budget.main, args(tiers, gpus=devices(2, 80, 80, name="NVIDIA H100 80GB HBM3"),
+                                             engine_version="0.30.0", enforce_eager=True,
+                                             max_num_batched_tokens=4096)).result
+    assert eager["engine"]["version"] == "0.30.0" and eager["engine"]["max_num_batched_tokens"] == 4096
+    assert eager["budget_bytes"]["cudagraph"] == 0 and eager["gpu_memory_utilization"] == 0.92
+    assert eager["calibration_fields"]["gpu_name"] == "NVIDIA H100 80GB HBM3"
+    cpu = run_module(engine_budget.main, args(tiers, engine_platform="cpu", kv_cache_memory_bytes=GIB)).result
+    assert cpu["budget_bytes"]["kv_available"] == GIB and cpu["budget_bytes"]["overhead_source"] == "explicit_kv"
+    flat = run_module(engine_budget.main, args(tiers, runtime_overhead_gib=2.0)).result
+    assert flat["budget_bytes"]["overhead"] == 2 * GIB and flat["budget_bytes"]["overhead_source"] == "override"
+
+
+def test_cpu_engine_without_a_kv_size_is_a_clear_error(tmp_path):
+    bf16 = sample_checkpoints.write(tmp_path / "bf16")
+    out = run_module(engine_budget.main, args([{"name": "bf16", "weights_dir": bf16}], engine_platform="cpu"))
+    assert out.failed and "VLLM_CPU_KVCACHE_SPACE" in out.result["msg"] and out.result["status"] == "bad_input"
