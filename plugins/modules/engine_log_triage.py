@@ -244,8 +244,9 @@ def main():
             module.fail_json(msg=log_triage.describe(result), **result)
         if not result["ready"]:
             tail = [line for line in text.splitlines() if line.strip()][-3:]
-            why = (result["process_state"] or ("the engine says it failed: %r" % result["engine_failed"]
-                                                if result["engine_failed"] else "not ready after %ss" % p["timeout"]))
+            failed = result["engine_failed"]
+            said = "the engine says it failed: %r" % failed if failed else "not ready after %ss" % p["timeout"]
+            why = result["process_state"] or said
             module.fail_json(msg="engine startup failed, unclassified: %s; last log lines: %s; next step: read %s"
                                  % (why, " | ".join(tail), p["log_path"]), **result)
     module.exit_json(**result)

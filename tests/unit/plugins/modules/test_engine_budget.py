@@ -49,14 +49,14 @@ def test_load_mtp_counts_the_mtp_layer_bytes(tmp_path):
 def test_model_config_overrides_what_was_read(tmp_path):
     bf16 = sample_checkpoints.write(tmp_path / "bf16")
     r = run_module(engine_budget.main, args([{"name": "bf16", "weights_dir": bf16}], max_model_len=None,
-                                         model_config={"max_position_embeddings": 2048})).result
+                                            model_config={"max_position_embeddings": 2048})).result
     assert r["model_profile"]["max_position_embeddings"] == 2048 and r["max_model_len"] == 2048
 
 
 def test_absent_tier_is_skipped_with_its_status(tmp_path):
     fp8 = sample_checkpoints.write(tmp_path / "fp8", "fp8")
     r = run_module(engine_budget.main, args([{"name": "bf16", "weights_dir": str(tmp_path / "absent")},
-                                          {"name": "fp8", "weights_dir": fp8}])).result
+                                            {"name": "fp8", "weights_dir": fp8}])).result
     assert r["quantization"] == "fp8" and r["vllm_quantization"] == "fp8"
     assert r["skipped_tiers"][0]["quantization"] == "bf16" and r["skipped_tiers"][0]["status"] == "absent"
     assert [d["status"] for d in r["weight_dirs"]] == ["absent", "ok"]
@@ -67,7 +67,7 @@ def test_chosen_damaged_tier_fails_before_anything_runs(tmp_path):
     fp8 = sample_checkpoints.write(tmp_path / "fp8", "fp8")
     shard = truncate_a_shard(bf16)
     out = run_module(engine_budget.main, args([{"name": "bf16", "weights_dir": bf16},
-                                            {"name": "fp8", "weights_dir": fp8}]))
+                                              {"name": "fp8", "weights_dir": fp8}]))
     assert out.failed and out.result["status"] == "weight_loading"
     assert "weight loading would fail for tier bf16" in out.result["msg"] and shard in out.result["msg"]
     assert "check the weight directory and file list" in out.result["msg"]
@@ -81,7 +81,7 @@ def test_damaged_tier_the_budget_would_not_choose_is_reported_and_skipped(tmp_pa
     int4 = sample_checkpoints.write(tmp_path / "int4", "int4")
     truncate_a_shard(int4)
     r = run_module(engine_budget.main, args([{"name": "bf16", "weights_dir": bf16},
-                                          {"name": "int4", "weights_dir": int4}])).result
+                                            {"name": "int4", "weights_dir": int4}])).result
     assert r["quantization"] == "bf16" and r["fits"]
     assert r["skipped_tiers"] == [{"quantization": "int4", "status": "weight_loading",
                                    "reason": r["weight_dirs"][1]["reason"]}]
@@ -151,8 +151,8 @@ def test_engine_settings_reach_the_budget(tmp_path):
     bf16 = sample_checkpoints.write(tmp_path / "bf16")
     tiers = [{"name": "bf16", "weights_dir": bf16}]
     eager = run_module(engine_budget.main, args(tiers, gpus=devices(2, 80, 80, name="NVIDIA H100 80GB HBM3"),
-                                             engine_version="0.30.0", enforce_eager=True,
-                                             max_num_batched_tokens=4096)).result
+                                                engine_version="0.30.0", enforce_eager=True,
+                                                max_num_batched_tokens=4096)).result
     assert eager["engine"]["version"] == "0.30.0" and eager["engine"]["max_num_batched_tokens"] == 4096
     assert eager["budget_bytes"]["cudagraph"] == 0 and eager["gpu_memory_utilization"] == 0.92
     assert eager["calibration_fields"]["gpu_name"] == "NVIDIA H100 80GB HBM3"
