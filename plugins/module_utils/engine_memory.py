@@ -64,6 +64,8 @@ LAZY_NCCL_COUNTED_SINCE = (0, 11, 0)
 # tokens (default 16K), so its workspace stopped growing there; 0.32 has no such chunking.
 FUSED_MOE_CHUNK_TOKENS = 16 * 1024
 FUSED_MOE_UNCHUNKED_SINCE = (0, 28, 0)
+# vLLM gives >= 160 GiB cards (B200, B300) the largest batch defaults from this version on.
+LARGEST_BATCH_TIER_SINCE = (0, 28, 0)
 # The largest batch captured in a CUDA graph by default: min(2 x max_num_seqs, this) (1024 on SM100).
 MAX_CUDAGRAPH_CAPTURE_SIZE = 512
 
@@ -83,12 +85,14 @@ def engine_defaults(version, gpu_name, gpu_total_bytes):
 
     Sources (vLLM): vllm/engine/arg_utils.py EngineArgs.get_batch_defaults (0.32.0: >= 160 GiB cards
     16384 tokens / 1024 seqs for the API server; >= 70 GiB cards other than A100 8192 / 1024; others
-    2048 / 256); vllm/config/cache.py gpu_memory_utilization 0.92 from v0.25 (0.9 before);
+    2048 / 256). The >= 160 GiB tier is new in v0.28.0 (arg_utils.py at tag v0.28.0, "for GPUs like
+    B200/B300 with >= 160GB memory, use the largest defaults"; at v0.27.0 the top tier, >= 70 GiB,
+    gave the API server 8192); vllm/config/cache.py gpu_memory_utilization 0.92 from v0.25 (0.9 before);
     vllm/envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default on from about v0.21.
     """
     ver = parse_version(version) or (0, 32, 0)
     name = (gpu_name or "").lower()
-    big = gpu_total_bytes >= 160 * GIB and ver >= (0, 25, 0)
+    big = gpu_total_bytes >= 160 * GIB and ver >= LARGEST_BATCH_TIER_SINCE
     datacenter = gpu_total_bytes >= 70 * GIB and "a100" not in name
     if big:
         batched, seqs = 16384, 1024

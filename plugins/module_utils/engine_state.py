@@ -18,6 +18,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
+import re
 
 SERVICE_PROPERTIES = ("ActiveState", "SubState", "MainPID", "NRestarts", "Result")
 
@@ -73,3 +74,49 @@ def service_gone(first, now):
     if first.get("MainPID") and now.get("MainPID") and now["MainPID"] != first["MainPID"]:
         return "the engine's main process changed (%d -> %d)" % (first["MainPID"], now["MainPID"])
     return None
+
+
+# The host's state in one read, for the rollout's plan (plugins/modules/engine_status.py).
+
+# ActiveState values in which a unit counts as running the engine (a starting one included)
+RUNNING_STATES = _STARTING_OR_RUNNING
+UNIT_PROPERTIES = SERVICE_PROPERTIES + ("LoadState", "UnitFileState")
+# systemctl is-system-running: a deploy can go on in these (degraded: see failed_units)
+SYSTEM_USABLE = ("running", "degraded", "starting")
+
+
+def failed_unit_names(text):
+    """Unit names from `systemctl list-units --state=failed --no-legend --plain --full` (a leading marker is dropped)."""
+    return re.findall(r"(?m)^\W*(\S+)", text or "")
+
+
+def listener_pids(ss_output):
+    """PIDs of the processes `ss -Htlnp` shows on a port, in order, once each."""
+    seen = []
+    for pid in re.findall(r"pid=(\d+)", ss_output or ""):
+        if int(pid) not in seen:
+            seen.append(int(pid))
+    return seen
+
+
+def port_owners(ps_output, mode, service, engine_pid):
+    """`ps -o pid=,unit=,comm=` (systemd) or `ps -o pid=,pgid=,comm=` (pid mode) lines -> listeners.
+
+    A listener is ours when it runs in our unit (systemd) or in the engine's process group (pid mode):
+    the API server's workers are children of the PID systemd or the PID file names.
+    """
+    ours = "%s.service" % service if mode == "systemd" else str(engine_pid or 0)
+    listeners = []
+    for line in (ps_output or "").splitlines():
+        fields = line.split(None, 2)
+        if len(fields) < 2:
+            continue
+        owner = fields[1]
+        listeners.append({"pid": int(fields[0]), "owner": owner, "command": fields[2].strip() if len(fields) > 2 else "",
+                          "ours": owner == ours})
+    return listeners
+
+
+def stranger(listener):
+    """How the preflight names a process on the engine port that is not ours."""
+    return ("%(pid)d %(owner)s %(command)s" % listener).strip()

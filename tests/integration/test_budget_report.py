@@ -25,11 +25,11 @@ def test_each_host_gets_its_own_budget(report):
     # weights per GPU as the stand-in checkpoints' headers give them (scripts/make_sample_checkpoints.py); the
     # engine's overhead modelled for vLLM's defaults on an H200 (8192 batched tokens) at tp 8
     assert row(out, "gpu-h200-a").endswith("| bf16 | 68.8 | 4.1 (model) | 53.46/40.0 | 1401552 (10.69x) | 131072 | 8 | 8 "
-                                           "| 0.9 | 13.46 | yes / yes | fits |")
+                                           "| 0.9 | 13.46 | yes / yes | fits | budgeted |")
     h100 = row(out, "gpu-h100-b")
     assert "58.52" in h100 and "| int4 | 18.2 |" in h100 and "| 0.73 |" in h100 and "| 116736 |" in h100
-    assert h100.endswith("| yes / yes | retreated 3 steps |")
-    assert row(out, "gpu-a100-c").endswith("| no / no | cannot hold: short by 38.1 GiB per GPU |")
+    assert h100.endswith("| yes / yes | retreated 3 steps | budgeted |")
+    assert row(out, "gpu-a100-c").endswith("| no / no | cannot hold: short by 38.1 GiB per GPU | budgeted |")
 
 
 def test_report_files_on_the_controller(report):
@@ -53,10 +53,12 @@ def test_nothing_changed_on_the_hosts(report):
 
 def test_module_and_role_docs_render():
     for module in ("hy3.fleet.nvml_facts", "hy3.fleet.engine_budget", "hy3.fleet.engine_log_triage",
-                   "hy3.fleet.engine_calibration", "hy3.fleet.engine_info"):
+                   "hy3.fleet.engine_calibration", "hy3.fleet.engine_info", "hy3.fleet.engine_status",
+                   "hy3.fleet.engine_idle_wait"):
         proc = run("ansible-doc", module)
         assert proc.returncode == 0 and "EXAMPLES" in proc.stdout and "RETURN VALUES" in proc.stdout, proc.stdout
-    for role, var in (("budget", "hy3_tiers"), ("serve", "hy3_serve_mode"), ("verify", "hy3_verify_timeout"),
-                      ("report", "hy3_report_dir")):
+    for role, var in (("budget", "hy3_tiers"), ("serve", "hy3_serve_user"), ("verify", "hy3_verify_timeout"),
+                      ("report", "hy3_report_dir"), ("common", "hy3_serve_mode"), ("plan", "hy3_plan"),
+                      ("roll", "hy3_roll_drain_timeout")):
         proc = run("ansible-doc", "-t", "role", "hy3.fleet." + role)
         assert proc.returncode == 0 and var in proc.stdout, proc.stdout

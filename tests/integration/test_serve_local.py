@@ -121,3 +121,124 @@ def test_a_failed_first_deploy_stops_the_engine(host):
     assert "Rollback (stopped): no earlier version of the changed files to restore; the engine, not running " \
            "before this deploy, was stopped" in failure(proc.stdout)
     assert not (host["root"] / "run" / "engine.pid").exists()
+
+
+# --- the rollout: steady state, drain, waves (issue: plan the whole fleet at once, roll in waves) ---
+
+STREAM_CLIENT = """import json, sys, urllib.request
+port, chunks, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+request = urllib.request.Request("http://127.0.0.1:%d/v1/chat/completions" % port, method="POST",
+    data=json.dumps({"model": "hy3", "stream": True, "max_tokens": chunks,
+                     "messages": [{"role": "user", "content": "hi"}]}).encode(),
+    headers={"Content-Type": "application/json"})
+lines = [line for line in urllib.request.urlopen(request, timeout=120) if line.strip()]
+open(out, "w").write(json.dumps({"chunks": len(lines) - 1, "done": lines[-1].strip() == b"data: [DONE]"}))
+"""
+
+
+def hooks(host, chunks):
+    """A drain hook that starts a streaming request of `chunks` seconds (traffic still in flight when the
+    host leaves the load balancer) and an undrain hook that leaves a marker; returns their variables."""
+    client = host["tmp"] / "stream_client.py"
+    client.write_text(STREAM_CLIENT)
+    drain, undrain = host["tmp"] / "drain.yml", host["tmp"] / "undrain.yml"
+    drain.write_text(yaml.safe_dump([{"name": "Start a long streaming request", "ansible.builtin.shell": (
+        "nohup {{ ansible_playbook_python }} %s {{ hy3_serve_port }} %d %s >/dev/null 2>&1 & sleep 1"
+        % (client, chunks, host["tmp"] / "stream.json")), "changed_when": False}]))
+    undrain.write_text(yaml.safe_dump([{"name": "Back in service", "ansible.builtin.copy": {
+        "content": "in service\n", "dest": str(host["tmp"] / "undrained"), "mode": "0644"}}]))
+    return {"hy3_roll_drain_tasks": str(drain), "hy3_roll_undrain_tasks": str(undrain), "hy3_roll_drain_interval": 0.5}
+
+
+def report_rows(host):
+    return json.loads((host["tmp"] / "report" / "fleet_budget.json").read_text())
+
+
+def engine_pid(host):
+    return (host["root"] / "run" / "engine.pid").read_text().strip()
+
+
+def test_a_second_run_is_steady_and_rolls_nothing(host):
+    assert deploy(host).returncode == 0
+    pid = engine_pid(host)
+    proc = deploy(host)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert [(r["outcome"], r["plan_reasons"]) for r in report_rows(host)] == [("steady", [])]
+    roll_play = proc.stdout.split("PLAY [Roll the hosts that change, in waves]")[1].split("PLAY [")[0]
+    assert "skipping: no hosts matched" in roll_play
+    assert re.search(r"^node\s+: ok=\d+\s+changed=0 ", proc.stdout, re.M) and engine_pid(host) == pid
+    assert "1 steady" in proc.stdout
+
+
+def test_the_restart_waits_for_the_request_in_flight(host):
+    assert deploy(host).returncode == 0
+    pid = engine_pid(host)
+    proc = deploy(host, "-v", hy3_max_num_seqs=2, **hooks(host, 6))
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    busy = [int(n) for n in re.findall(r'"busy_polls": (\d+)', proc.stdout)]
+    assert busy and busy[0] >= 2, proc.stdout[-4000:]                # waited while the request ran
+    assert json.loads((host["tmp"] / "stream.json").read_text()) == {"chunks": 6, "done": True}
+    assert engine_pid(host) != pid and (host["tmp"] / "undrained").exists()
+    assert report_rows(host)[0]["outcome"] == "rolled" and report_rows(host)[0]["plan_reasons"] == ["config_changed"]
+
+
+def test_a_drain_that_times_out_restarts_nothing(host):
+    assert deploy(host).returncode == 0
+    pid, config = engine_pid(host), (host["root"] / "etc" / "vllm.yaml").read_text()
+    proc = deploy(host, hy3_max_num_seqs=2, hy3_roll_drain_timeout=2, **hooks(host, 30))
+    assert proc.returncode != 0
+    msg = failure(proc.stdout)
+    assert "node: deploy failed: the engine still has 1 running and 0 waiting requests after 2 s; nothing was " \
+           "changed and the engine was not restarted" in msg, proc.stdout[-4000:]
+    assert "Rollback (unchanged)" in msg
+    assert engine_pid(host) == pid and (host["root"] / "etc" / "vllm.yaml").read_text() == config
+    assert (host["tmp"] / "undrained").exists()                      # serves as before: back in service
+    assert report_rows(host)[0]["outcome"] == "failed"
+
+
+@pytest.fixture()
+def three_hosts(host):
+    """host plus two more local hosts of their own root, facts and port."""
+    hosts = {"node": {}}
+    for name in ("node1", "node2"):
+        hosts[name] = {"hy3_serve_root": str(host["tmp"] / name), "hy3_facts_dir": str(host["tmp"] / (name + "-facts")),
+                       "hy3_serve_port": free_port()}
+    yield hosts
+    for name in ("node1", "node2"):
+        run("ansible", "all", "-i", inventory(host), "-m", "ansible.builtin.command",
+            "-a", "%s/bin/engine.sh stop" % hosts[name]["hy3_serve_root"])
+
+
+def deploy_many(host, hosts, *extra):
+    path = host["tmp"] / "inventory-many.yml"
+    path.write_text(yaml.safe_dump({"gpu_nodes": {"hosts": hosts, "vars": host["vars"]}}))
+    return run("ansible-playbook", "playbooks/deploy_hy3.yml", "-i", str(path),
+               "-e", "hy3_report_dir=%s" % (host["tmp"] / "report"), *extra)
+
+
+def roll_batches(output):
+    """The hosts of each roll batch, in order, from the play's first task."""
+    batches = []
+    for play in output.split("PLAY [Roll the hosts that change, in waves]")[1:]:
+        play = play.split("PLAY [")[0]
+        batches.append(sorted(set(re.findall(r"^(?:ok|skipping|changed): \[(node\d?)\]", play, re.M))))
+    return batches
+
+
+def test_waves_roll_a_canary_then_the_rest_together(host, three_hosts):
+    proc = deploy_many(host, three_hosts, "-e", '{"hy3_roll_serial": [1, 2]}')
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert roll_batches(proc.stdout) == [["node"], ["node1", "node2"]]
+    assert [r["outcome"] for r in report_rows(host)] == ["rolled"] * 3
+
+
+def test_a_failing_canary_leaves_later_waves_untouched(host, three_hosts):
+    three_hosts["node"] = {"hy3_serve_environment": BROKEN_ENV}
+    proc = deploy_many(host, three_hosts, "-e", '{"hy3_roll_serial": [1, 2]}')
+    assert proc.returncode != 0
+    assert roll_batches(proc.stdout)[0] == ["node"]
+    assert [(r["host"], r["outcome"]) for r in report_rows(host)] == [
+        ("node", "failed"), ("node1", "not_rolled"), ("node2", "not_rolled")]
+    assert report_rows(host)[1]["why"] == "not rolled: the rollout stopped at node"
+    assert not (host["tmp"] / "node1").exists() and not (host["tmp"] / "node2").exists()
+    assert "node: deploy failed" in failure(proc.stdout)

