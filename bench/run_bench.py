@@ -1,15 +1,17 @@
 #!/usr/bin/env python
 # -*- coding: utf-8 -*-
-"""hy3.fleet benchmark (not a test): prints three figures in one run.
+"""hy3.fleet benchmark (not a test): prints four figures in one run.
 
-1. per-host overhead of deploy_hy3.yml, engine start excluded (steady state: engines already up,
-   nothing to change), against a bare template + service check + one request playbook on the
-   same hosts, as a ratio;
-2. hy3.fleet.nvml_facts against ansible.builtin.setup on the same hosts, as a ratio;
-3. engine_budget's computation over 10,000 synthetic hosts.
+1. per-host cost of deploy_hy3.yml in steady state (engines up, nothing to change: the plan play and the
+   report), against a bare template + service check + one request playbook on the same 3 hosts, both
+   with the same forks, as a ratio (target <= 1.5x);
+2. the steady-state wall time of deploy_hy3.yml on 30 hosts against 3 hosts, same forks (target <= 2x);
+3. hy3.fleet.nvml_facts against ansible.builtin.setup on the same hosts, as a ratio;
+4. engine_budget's computation over 10,000 synthetic hosts.
 
 The hosts are local (connection: local) with fake NVML profiles; the engine is tests/fakes/stub_engine,
-which answers at once, so (1) is Ansible's cost, not vLLM's. Run: .venv/bin/python bench/run_bench.py
+which answers at once, so (1) and (2) are Ansible's cost, not vLLM's. All hosts share this machine's CPUs,
+so (2) measures the controller and the hosts together. Run: .venv/bin/python bench/run_bench.py
 """
 import json
 import os
@@ -25,6 +27,8 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
 HOSTS = 3
+MANY_HOSTS = int(os.environ.get("HY3_BENCH_MANY_HOSTS", "30"))
+FORKS = str(MANY_HOSTS)                       # the same forks for every run: all hosts at once
 REPEAT = int(os.environ.get("HY3_BENCH_REPEAT", "3"))
 
 
@@ -35,14 +39,14 @@ def collections_root():
     return path
 
 
-def inventory(base):
+def inventory(base, count):
     model = os.path.join(base, "model")
     os.makedirs(model)
     for name, content in (("config.json", "{}"), ("model.safetensors", "")):
         with open(os.path.join(model, name), "w") as handle:
             handle.write(content)
     hosts = {}
-    for i in range(HOSTS):
+    for i in range(count):
         gpus = os.path.join(base, "gpus-%d.json" % i)
         with open(gpus, "w") as handle:
             json.dump({"gpus": [{"name": "NVIDIA H200", "total_gib": 140, "used_gib": 1 + i}] * 8}, handle)
@@ -58,7 +62,7 @@ def inventory(base):
         "hy3_tiers": [{"name": "fp8", "weights_dir": model}], "hy3_max_model_len": 32768, "hy3_max_num_seqs": 4,
         "hy3_verify_timeout": 60, "hy3_report_dir": os.path.join(base, "report"),
     }
-    path = os.path.join(base, "inventory.yml")
+    path = os.path.join(base, "inventory-%d.yml" % count)
     with open(path, "w") as handle:
         yaml.safe_dump({"gpu_nodes": {"hosts": hosts, "vars": common}}, handle)
     return path, hosts
@@ -99,12 +103,20 @@ def budget_10k():
     return time.perf_counter() - start, verdicts
 
 
+def stop_engines(hosts):
+    for host in hosts.values():
+        subprocess.run([os.path.join(host["hy3_serve_root"], "bin", "engine.sh"), "stop"], check=False,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def main():
     base = tempfile.mkdtemp(prefix="hy3-bench-")
     cols = collections_root()
     sys.path.insert(0, cols)
-    inv, hosts = inventory(base)
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=cols)
+    inv, hosts = inventory(os.path.join(base, "few"), HOSTS)
+    many_inv, many_hosts = inventory(os.path.join(base, "many"), MANY_HOSTS)
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=cols,
+               ANSIBLE_FORKS=FORKS)
     playbook = [os.path.join(BIN, "ansible-playbook"), "-i", inv]
     adhoc = [os.path.join(BIN, "ansible"), "gpu_nodes", "-i", inv]
     try:
@@ -116,11 +128,20 @@ def main():
         nvml = median_time(facts_env, *adhoc + ["-m", "hy3.fleet.nvml_facts"])
         setup = median_time(facts_env, *adhoc + ["-m", "ansible.builtin.setup"])
     finally:
-        for host in hosts.values():
-            subprocess.run([os.path.join(host["hy3_serve_root"], "bin", "engine.sh"), "stop"], check=False)
+        stop_engines(hosts)
+    many_playbook = [os.path.join(BIN, "ansible-playbook"), "-i", many_inv, "playbooks/deploy_hy3.yml"]
+    try:
+        timed(env, *many_playbook)                                          # warm-up: starts the engines
+        many = median_time(env, *many_playbook)
+    finally:
+        stop_engines(many_hosts)
     seconds, verdicts = budget_10k()
+    print("machine: %d CPUs; forks %s; %d runs each, median" % (os.cpu_count(), FORKS, REPEAT))
     print("deploy_hy3 steady state: %.2f s for %d hosts (%.2f s/host); bare template+service+uri: %.2f s "
-          "(%.2f s/host); overhead ratio %.2fx" % (deploy, HOSTS, deploy / HOSTS, bare, bare / HOSTS, deploy / bare))
+          "(%.2f s/host); overhead ratio %.2fx (target <= 1.5x)"
+          % (deploy, HOSTS, deploy / HOSTS, bare, bare / HOSTS, deploy / bare))
+    print("deploy_hy3 steady state: %.2f s for %d hosts against %.2f s for %d hosts; ratio %.2fx (target <= 2x)"
+          % (many, MANY_HOSTS, deploy, HOSTS, many / deploy))
     print("nvml_facts: %.2f s; setup: %.2f s (%d hosts); ratio %.2fx" % (nvml, setup, HOSTS, nvml / setup))
     print("budget over 10,000 synthetic hosts: %.2f s (%.0f hosts/s); verdicts %s"
           % (seconds, 10000 / seconds, json.dumps(verdicts, sort_keys=True)))

@@ -1,9 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: hy3.fleet contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters of the rollout: plan a host, the fleet report's rows, what fails the run, /metrics load.
+"""Filters of the rollout: plan a host, the fleet report's rows, what fails the run, the fleet status.
 
-The logic lives in plugins/module_utils/rollout.py and vllm_metrics.py (pure, unit-tested); these are the names
+The logic lives in plugins/module_utils/rollout.py (pure, unit-tested); these are the names
 playbooks call it by.
 """
 
@@ -20,8 +20,8 @@ description:
   - Compares the files the serve role would write (their SHA-1) with what the host has (M(hy3.fleet.engine_status)),
     and looks at the engine and the budget's verdict. Returns C(action), C(reasons) (codes) and a C(sentence).
   - Also provides C(rollout_fault) (the plan of a host whose planning failed), C(preflight_problems), C(fleet_rows)
-    (rows of the fleet report), C(fleet_failures) (what fails the run) and C(vllm_load) (running, waiting and
-    KV cache usage from C(/metrics) text).
+    (rows of the fleet report), C(fleet_tally), C(fleet_failures) (what fails the run) and C(fleet_status_rows)
+    (rows of playbooks/fleet_status.yml).
 positional: budget, status, desired
 options:
   _input:
@@ -58,7 +58,7 @@ _value:
   type: dict
 """
 
-from ansible_collections.hy3.fleet.plugins.module_utils import rollout, vllm_metrics
+from ansible_collections.hy3.fleet.plugins.module_utils import rollout
 
 
 def rollout_plan(budget, status, desired):
@@ -77,16 +77,16 @@ def fleet_rows(hosts, hostvars, check_mode=False, stopped_by=None):
     return rollout.report_rows(hosts, hostvars, check_mode, stopped_by)
 
 
+def fleet_status_rows(hosts, hostvars):
+    return rollout.status_rows(hosts, hostvars)
+
+
 def fleet_failures(rows, check_mode=False):
     return rollout.run_failures(rows, check_mode)
 
 
 def fleet_tally(rows):
     return rollout.tally(rows)
-
-
-def vllm_load(text):
-    return vllm_metrics.load(text)
 
 
 class FilterModule(object):
@@ -99,6 +99,6 @@ class FilterModule(object):
             "preflight_problems": preflight_problems,
             "fleet_rows": fleet_rows,
             "fleet_failures": fleet_failures,
+            "fleet_status_rows": fleet_status_rows,
             "fleet_tally": fleet_tally,
-            "vllm_load": vllm_load,
         }

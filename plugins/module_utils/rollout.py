@@ -206,3 +206,56 @@ def run_failures(rows, check_mode=False):
     the model outside --check (they were to be served)."""
     failing = FAILING_OUTCOMES + (() if check_mode else ("cannot_hold",))
     return ["%s: %s" % (row["host"], row["why"]) for row in rows if row["outcome"] in failing]
+
+
+def status_row(host, hostvars):
+    """One row of fleet_status.yml: the engine as it runs, beside the host's record, and the drift between them.
+
+    drift codes: no_record, config_changed (vllm.yaml is not what the record says was deployed),
+    max_model_len (the engine serves another one than recorded), driver_changed (the driver is not the one
+    the engine was started on), not_serving.
+    """
+    status = _get(hostvars, "hy3_engine_status", {})
+    record = _get(status, "record")
+    serving = _get(status, "serving", {})
+    gpus = _get(_get(hostvars, "ansible_facts", {}), "hy3_gpus", {})
+    files = _get(status, "files", {})
+    config = next((checksum for path, checksum in files.items() if path.endswith("/etc/vllm.yaml")), None)
+    drift = []
+    if not status:
+        state, drift = "unknown", ["unreachable"]
+    else:
+        if not record:
+            drift.append("no_record")
+        else:
+            if config != record.get("config_checksum"):
+                drift.append("config_changed")
+            served = _get(serving, "max_model_len")
+            if served is not None and str(served) != str(record.get("max_model_len")):
+                drift.append("max_model_len")
+            if gpus.get("driver_version") and gpus.get("driver_version") != record.get("driver_version"):
+                drift.append("driver_changed")
+        if not _get(serving, "healthy", False):
+            drift.append("not_serving")
+        state = "ok" if not drift else ("down" if "not_serving" in drift else "drift")
+    return {
+        "host": host,
+        "state": state,
+        "drift": drift,
+        "engine": _get(status, "status"),
+        "max_model_len_served": _get(serving, "max_model_len"),
+        "max_model_len_recorded": _get(record, "max_model_len") if record else None,
+        "running": _get(serving, "running"),
+        "waiting": _get(serving, "waiting"),
+        "kv_cache_usage": _get(serving, "kv_cache_usage"),
+        "quantization": _get(record, "quantization") if record else None,
+        "engine_version": _get(_get(status, "package", {}), "version"),
+        "driver_version": _get(gpus, "driver_version"),
+        "driver_recorded": _get(record, "driver_version") if record else None,
+        "nvml_fault": _get(hostvars, "hy3_status_nvml_fault"),
+    }
+
+
+def status_rows(hosts, hostvars):
+    """fleet_status.yml's rows, in inventory order."""
+    return [status_row(host, _get(hostvars, host, {})) for host in hosts]

@@ -112,7 +112,8 @@ def describe(result, timeout):
         return "the engine does not serve: no request to drain"
     if result["status"] == "no_metrics":
         return ("the engine serves but its /metrics has no vllm:num_requests_running/waiting, so it cannot be "
-                "drained safely; nothing was changed. Next step: serve with the metrics endpoint (vLLM has it by default) or set hy3_roll_drain_timeout to 0 to skip the wait")
+                "drained safely; nothing was changed. Next step: serve with the metrics endpoint (vLLM has it by "
+                "default) or set hy3_roll_drain_timeout to 0 to skip the wait")
     return ("the engine still has %s running and %s waiting requests after %d s; nothing was changed and the engine "
             "was not restarted. Next step: take the host out of the load balancer (drain hook) or raise the drain "
             "timeout, then deploy again" % (result["running"], result["waiting"], timeout))

@@ -102,27 +102,27 @@ engine:
   returned: always
   type: dict
   contains:
-    running: {description: The process runs (a starting unit counts)., type: bool}
-    pid: {description: Its main PID, 0 when not running., type: int}
-    unit_known: {description: systemd knows the unit (systemd mode)., type: bool}
-    active_state: {description: The unit's ActiveState (systemd mode)., type: str}
-    sub_state: {description: The unit's SubState (systemd mode)., type: str}
-    restarts: {description: How often systemd restarted it (NRestarts)., type: int}
+    running: {description: "The process runs (a starting unit counts).", type: bool}
+    pid: {description: "Its main PID, 0 when not running.", type: int}
+    unit_known: {description: "systemd knows the unit (systemd mode).", type: bool}
+    active_state: {description: "The unit's ActiveState (systemd mode).", type: str}
+    sub_state: {description: "The unit's SubState (systemd mode).", type: str}
+    restarts: {description: "How often systemd restarted it (NRestarts).", type: int}
 system:
   description: The service manager (systemd mode; V(null) state in pid mode).
   returned: always
   type: dict
   contains:
-    state: {description: C(systemctl is-system-running)., type: str}
-    usable: {description: A deploy can go on (running, degraded or starting)., type: bool}
-    failed_units: {description: Failed units other than the engine's., type: list, elements: str}
+    state: {description: "C(systemctl is-system-running).", type: str}
+    usable: {description: "A deploy can go on (running, degraded or starting).", type: bool}
+    failed_units: {description: "Failed units other than the engine's.", type: list, elements: str}
 port:
   description: Who listens on O(port).
   returned: always
   type: dict
   contains:
     listeners: {description: "pid, owner (unit or process group), command, ours.", type: list, elements: dict}
-    strangers: {description: Listeners that are not our engine, as "pid owner command"., type: list, elements: str}
+    strangers: {description: "Listeners that are not our engine, as \"pid owner command\".", type: list, elements: str}
 files:
   description: SHA-1 of each of O(files), null when absent.
   returned: always
@@ -145,12 +145,12 @@ serving:
   type: dict
   contains:
     status: {description: "V(serving), V(not_serving) or V(not_probed).", type: str}
-    healthy: {description: /health answered 200., type: bool}
+    healthy: {description: "/health answered 200.", type: bool}
     models: {description: "The served models: id and max_model_len, from /v1/models.", type: list, elements: dict}
-    max_model_len: {description: The first model's effective max_model_len, or null., type: int}
-    running: {description: Requests running (vllm:num_requests_running), or null., type: int}
-    waiting: {description: Requests waiting (vllm:num_requests_waiting), or null., type: int}
-    kv_cache_usage: {description: KV cache usage as a fraction, or null., type: float}
+    max_model_len: {description: "The first model's effective max_model_len, or null.", type: int}
+    running: {description: "Requests running (vllm:num_requests_running), or null.", type: int}
+    waiting: {description: "Requests waiting (vllm:num_requests_waiting), or null.", type: int}
+    kv_cache_usage: {description: "KV cache usage as a fraction, or null.", type: float}
 """
 
 import json

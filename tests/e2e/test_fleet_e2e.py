@@ -211,6 +211,15 @@ def test_second_run_changes_nothing(fleet, deployed):
     assert proc.returncode == 0, proc.stdout[-6000:]
     assert dict((h, recap(proc.stdout)[h]["changed"]) for h in ("node-a", "node-b")) == {"node-a": 0, "node-b": 0}
     assert dict((h, unit_state(fleet, h)["MainPID"]) for h in ("node-a", "node-b")) == pids
+    # one parallel pass: a single plan play over both hosts, a roll play that matches nobody
+    assert proc.stdout.count("PLAY [Plan the rollout, all hosts at once]") == 1
+    assert "skipping: no hosts matched" in proc.stdout.split("PLAY [Roll the hosts that change, in waves]")[1]
+    assert [(r["host"], r["outcome"]) for r in report(fleet)] == [("node-a", "steady"), ("node-b", "steady")]
+    assert "2 steady" in proc.stdout
+
+
+def report(fleet):
+    return json.loads((fleet["base"] / "report" / "fleet_budget.json").read_text())
 
 
 @pytest.mark.parametrize("fault, host, words", [
@@ -235,6 +244,77 @@ def test_fault_fails_naming_host_and_cause_and_changes_nothing(fleet, deployed, 
     assert read_in_host(fleet, "node-a", SERVE_ROOT + "/etc/vllm.yaml") == before
     assert unit_state(fleet, "node-a")["MainPID"] == pid
     assert untouched(fleet, "node-c")
+
+
+STREAM_CLIENT = """import json, sys, urllib.request
+port, key, tokens, out = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
+request = urllib.request.Request("http://127.0.0.1:%d/v1/chat/completions" % port, method="POST",
+    data=json.dumps({"model": "hy3", "stream": True, "max_tokens": tokens, "ignore_eos": True,
+                     "messages": [{"role": "user", "content": "hi"}]}).encode(),
+    headers={"Content-Type": "application/json", "Authorization": "Bearer " + key})
+lines = [line for line in urllib.request.urlopen(request, timeout=600) if line.strip()]
+open(out, "w").write(json.dumps({"chunks": len(lines) - 1, "done": lines[-1].strip() == b"data: [DONE]"}))
+"""
+
+
+def drain_hooks(fleet, host, tokens):
+    """A drain hook that starts a long streaming request on the host (a client still connected when the host
+    leaves the load balancer), an undrain hook that leaves a marker; their variables for the host."""
+    with open(os.path.join(fleet["fleet"].share_dir(host), "stream_client.py"), "w") as handle:
+        handle.write(STREAM_CLIENT)
+    drain, undrain = fleet["base"] / ("drain-%s.yml" % host), fleet["base"] / ("undrain-%s.yml" % host)
+    drain.write_text(yaml.safe_dump([{"name": "Start a long streaming request", "ansible.builtin.shell": (
+        "rm -f {share}/stream.json; nohup /usr/bin/python3 {share}/stream_client.py {port} {key} {tokens} "
+        "{share}/stream.json >/dev/null 2>&1 & sleep 2".format(share=IN_HOST_SHARE, port=PORT, key=API_KEY, tokens=tokens)),
+        "changed_when": False}]))
+    undrain.write_text(yaml.safe_dump([{"name": "Back in service", "ansible.builtin.copy": {
+        "content": "in service\n", "dest": IN_HOST_SHARE + "/undrained", "mode": "0644"}}]))
+    marker = os.path.join(fleet["fleet"].share_dir(host), "undrained")
+    if os.path.exists(marker):
+        os.remove(marker)
+    return {"hy3_roll_drain_tasks": str(drain), "hy3_roll_undrain_tasks": str(undrain), "hy3_roll_drain_interval": 1}
+
+
+def stream_result(fleet, host):
+    path = os.path.join(fleet["fleet"].share_dir(host), "stream.json")
+    return json.load(open(path)) if os.path.exists(path) else None
+
+
+def test_a_wave_of_two_rolls_together_and_waits_for_the_request_in_flight(fleet, deployed):
+    pids = dict((h, unit_state(fleet, h)["MainPID"]) for h in ("node-a", "node-b"))
+    inventory = write_inventory(fleet, "inventory-wave.yml", common={"hy3_max_num_seqs": 4},
+                                node_a=drain_hooks(fleet, "node-a", 900))
+    proc = deploy(fleet, "wave_of_two", "-v", "-e", '{"hy3_roll_serial": [2]}', inventory=inventory, limit=ENGINE_HOSTS)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    fleet["common"]["hy3_max_num_seqs"] = 4                          # what runs from now on
+    assert proc.stdout.count("PLAY [Roll the hosts that change, in waves]") == 1     # one wave, both hosts
+    assert [(r["host"], r["outcome"]) for r in report(fleet)] == [("node-a", "rolled"), ("node-b", "rolled")]
+    busy = [int(n) for n in re.findall(r'"busy_polls": (\d+)', proc.stdout)]
+    assert max(busy) >= 1, proc.stdout[-6000:]                       # node-a waited while its request ran
+    assert stream_result(fleet, "node-a") == {"chunks": 900, "done": True}   # ... which finished whole
+    assert os.path.exists(os.path.join(fleet["fleet"].share_dir("node-a"), "undrained"))
+    assert all(unit_state(fleet, h)["MainPID"] != pids[h] for h in pids)
+    assert all(config_of(fleet, h)["max-num-seqs"] == 4 for h in pids)
+
+
+def test_a_drain_that_times_out_fails_the_host_without_restarting_it(fleet, deployed):
+    pid = unit_state(fleet, "node-b")["MainPID"]
+    before = read_in_host(fleet, "node-b", SERVE_ROOT + "/etc/vllm.yaml")
+    hooks = dict(drain_hooks(fleet, "node-b", 1000), hy3_roll_drain_timeout=1)
+    inventory = write_inventory(fleet, "inventory-drain-timeout.yml", common={"hy3_max_num_seqs": 2}, node_b=hooks)
+    proc = deploy(fleet, "drain_timeout", inventory=inventory, limit="node-b")
+    assert proc.returncode != 0
+    msg = failure_message(proc.stdout)
+    assert re.search(r"node-b: deploy failed: the engine still has \d+ running and \d+ waiting requests after 1 s; "
+                     r"nothing was changed and the engine was not restarted", msg), proc.stdout[-6000:]
+    assert "Rollback (unchanged)" in msg
+    assert unit_state(fleet, "node-b")["MainPID"] == pid
+    assert read_in_host(fleet, "node-b", SERVE_ROOT + "/etc/vllm.yaml") == before
+    assert report(fleet)[0]["outcome"] == "failed"
+    deadline = time.monotonic() + 300                                # the request in flight still ends whole
+    while stream_result(fleet, "node-b") is None and time.monotonic() < deadline:
+        time.sleep(2)
+    assert stream_result(fleet, "node-b") == {"chunks": 1000, "done": True}
 
 
 def test_engine_killed_from_outside_is_restarted_by_systemd(fleet, deployed):
@@ -268,7 +348,10 @@ def test_crash_at_start_fails_in_seconds_and_only_the_environment_goes_back(flee
     assert "Rollback (restored_serving): restored %s/etc/engine.env; the engine was restarted" % SERVE_ROOT in msg
     assert read_in_host(fleet, "node-a", SERVE_ROOT + "/etc/engine.env") == env_before
     assert read_in_host(fleet, "node-a", SERVE_ROOT + "/etc/vllm.yaml") == config_before
-    assert health(fleet, "node-a") and "node-b" not in recap(proc.stdout)
+    assert health(fleet, "node-a") and recap(proc.stdout)["node-b"]["changed"] == 0
+    outcomes = [(r["host"], r["outcome"]) for r in report(fleet)]
+    assert outcomes == [("node-a", "failed"), ("node-b", "not_rolled"), ("node-c", "not_rolled")]
+    assert untouched(fleet, "node-c")
 
 
 def test_a_failing_unit_change_is_rolled_back(fleet, deployed):
@@ -289,7 +372,7 @@ def test_broken_weights_fail_in_weight_loading_before_anything_is_touched(fleet,
         inventory = write_inventory(fleet, "inventory-broken.yml")
     finally:
         del fleet["hosts"]["node-b"]["hy3_tiers"]
-    proc = deploy(fleet, "broken_weights", inventory=inventory)
+    proc = deploy(fleet, "broken_weights", inventory=inventory, limit=ENGINE_HOSTS)
     out = proc.stdout
     assert proc.returncode != 0
     assert "weight loading would fail for tier bf16" in out and "check the weight directory and file list" in out
@@ -297,7 +380,7 @@ def test_broken_weights_fail_in_weight_loading_before_anything_is_touched(fleet,
     assert read_in_host(fleet, "node-b", SERVE_ROOT + "/etc/vllm.yaml") == before_b and health(fleet, "node-b")
     assert dict((h, unit_state(fleet, h)["MainPID"]) for h in ("node-a", "node-b")) == pids
     assert recap(out)["node-a"]["changed"] == 0
-    assert "node-c" not in recap(out) and untouched(fleet, "node-c")
+    assert [(r["host"], r["outcome"]) for r in report(fleet)] == [("node-a", "steady"), ("node-b", "faulted")]
 
 
 def test_reboot_brings_the_engine_back_while_a_driver_upgrade_restarts_once(fleet, deployed):
@@ -320,9 +403,12 @@ def test_driver_library_mismatch_stops_with_the_remedy(fleet, deployed):
     before = read_in_host(fleet, "node-a", SERVE_ROOT + "/etc/vllm.yaml")
     pid_a = unit_state(fleet, "node-a")["MainPID"]
     set_gpus(fleet["fleet"], "node-a", {"fault": "version_mismatch"})
-    proc = deploy(fleet, "rm_mismatch")
+    proc = deploy(fleet, "rm_mismatch", limit=ENGINE_HOSTS)
     assert proc.returncode != 0
-    assert "reboot or reload the nvidia kernel module" in proc.stdout and "node-b" not in recap(proc.stdout)
+    assert "reboot or reload the nvidia kernel module" in proc.stdout
+    rows = report(fleet)
+    assert [(r["host"], r["outcome"]) for r in rows] == [("node-a", "faulted"), ("node-b", "steady")]
+    assert rows[0]["plan_reasons"] == ["nvml_version_mismatch"]
     assert read_in_host(fleet, "node-a", SERVE_ROOT + "/etc/vllm.yaml") == before
     assert unit_state(fleet, "node-a")["MainPID"] == pid_a
 
@@ -333,12 +419,13 @@ def test_unreachable_host_stops_the_rollout(fleet, deployed):
                                                   "processes": [{"pid": 999998, "used_gib": 69}]}]})
     faults.inject(fleet["fleet"], "unreachable", "node-b")
     try:
-        proc = deploy(fleet, "unreachable")
+        proc = deploy(fleet, "unreachable", limit=ENGINE_HOSTS)
     finally:
         faults.heal(fleet["fleet"], "node-b", "unreachable")
     out = proc.stdout
     assert proc.returncode != 0
     assert re.search(r"fatal: \[node-b\]: UNREACHABLE!.*(timed out|No route|unreachable)", out), out[-4000:]
     assert recap(out)["node-a"]["changed"] == 0 and recap(out)["node-b"]["unreachable"] == 1
+    assert [(r["host"], r["outcome"]) for r in report(fleet)] == [("node-a", "steady"), ("node-b", "no_plan")]
     assert "node-c" not in recap(out) and untouched(fleet, "node-c")
     fleet["timings"]["scenario_total"] = round(time.monotonic() - STARTED, 1)

@@ -242,3 +242,22 @@ def test_a_failing_canary_leaves_later_waves_untouched(host, three_hosts):
     assert report_rows(host)[1]["why"] == "not rolled: the rollout stopped at node"
     assert not (host["tmp"] / "node1").exists() and not (host["tmp"] / "node2").exists()
     assert "node: deploy failed" in failure(proc.stdout)
+
+
+def test_fleet_status_reads_the_engine_and_the_drift_from_its_record(host):
+    assert deploy(host).returncode == 0
+    def status():
+        return run("ansible-playbook", "playbooks/fleet_status.yml", "-i", inventory(host),
+                   "-e", "hy3_report_dir=%s" % (host["tmp"] / "report"))
+    proc = status()
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert re.search(r"^node\s+: ok=\d+\s+changed=0 ", proc.stdout, re.M)
+    row = json.loads((host["tmp"] / "report" / "fleet_status.json").read_text())[0]
+    assert (row["state"], row["drift"], row["engine"]) == ("ok", [], "serving")
+    assert row["max_model_len_served"] == row["max_model_len_recorded"] == 4096
+    assert (row["running"], row["waiting"]) == (0, 0) and row["driver_version"] == row["driver_recorded"]
+    with open(str(host["root"] / "etc" / "vllm.yaml"), "a") as handle:       # edited by hand on the host
+        handle.write("# tuned by hand\n")
+    assert status().returncode == 0
+    row = json.loads((host["tmp"] / "report" / "fleet_status.json").read_text())[0]
+    assert (row["state"], row["drift"]) == ("drift", ["config_changed"])

@@ -116,3 +116,26 @@ def test_preflight_names_the_host_and_the_cause(status, mode, problems):
     found = rollout.preflight_problems(status, "h", mode, 8000)
     assert len(found) == len(problems)
     assert all(sentence.startswith(prefix) for sentence, prefix in zip(found, problems))
+
+
+RECORD = {"config_checksum": "c1", "max_model_len": "4096", "driver_version": "570.1", "quantization": "fp8"}
+
+
+@pytest.mark.parametrize("files, served, driver, healthy, state, drift", [
+    ({"/opt/hy3/etc/vllm.yaml": "c1"}, 4096, "570.1", True, "ok", []),
+    ({"/opt/hy3/etc/vllm.yaml": "c2"}, 4096, "570.1", True, "drift", ["config_changed"]),
+    ({"/opt/hy3/etc/vllm.yaml": "c1"}, 2048, "575.0", True, "drift", ["max_model_len", "driver_changed"]),
+    ({"/opt/hy3/etc/vllm.yaml": "c1"}, None, "570.1", False, "down", ["not_serving"]),
+])
+def test_status_row_names_the_drift(files, served, driver, healthy, state, drift):
+    hostvars = {"hy3_engine_status": {"status": "serving" if healthy else "stopped", "record": RECORD, "files": files,
+                                      "serving": {"healthy": healthy, "max_model_len": served, "running": 0}},
+                "ansible_facts": {"hy3_gpus": {"driver_version": driver}}}
+    row = rollout.status_row("h", hostvars)
+    assert (row["state"], row["drift"]) == (state, drift)
+
+
+def test_status_rows_of_a_host_not_read_and_one_without_record():
+    rows = rollout.status_rows(["lost", "fresh"], {"fresh": {"hy3_engine_status": {
+        "status": "stopped", "record": None, "files": {}, "serving": {"healthy": False}}}})
+    assert [(r["state"], r["drift"]) for r in rows] == [("unknown", ["unreachable"]), ("down", ["no_record", "not_serving"])]

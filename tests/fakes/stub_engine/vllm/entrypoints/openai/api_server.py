@@ -73,7 +73,7 @@ class Handler(BaseHTTPRequestHandler):
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
-            for _ in range(chunks):
+            for _chunk in range(chunks):
                 self.wfile.write(b'data: {"choices": [{"delta": {"content": "x"}}]}\n\n')
                 self.wfile.flush()
                 time.sleep(1)
