@@ -91,6 +91,8 @@ def engine_of(case, settings, entries=None):
     }
     if "cudagraph_counted" in settings:
         engine["cudagraph_counted"] = settings["cudagraph_counted"]
+    if settings.get("moe_backend"):     # only where the engine's log (or the write-up quoting it) names it
+        engine["moe_backend"] = settings["moe_backend"]
     return engine
 
 
@@ -204,20 +206,22 @@ def fit_features(case):
         return None
     profile = model_profile(case["model"]["config"], source=case["id"])
     settings = dict(result["engine"], max_num_seqs=result["max_num_seqs"],
-                    expert_parallel=bool(case["settings"].get("enable_expert_parallel")))
+                    expert_parallel=bool(case["settings"].get("enable_expert_parallel")),
+                    moe_backend=case["settings"].get("moe_backend"))
     tp = result["tensor_parallel_size"]
     saved = dict(engine_memory.COPIES)
     try:
         for name in ("transient", "moe_workspace", "moe_workspace_quantized"):
             engine_memory.COPIES[name] = 1.0
         quantized = engine_memory.quantized_experts(profile, settings)
+        fixed_workspace = engine_memory.fixed_moe_workspace(profile, settings)
         moe = engine_memory.moe_workspace_bytes(profile, tp, settings)
         version = engine_memory.parse_version(settings.get("version")) or (0, 32, 0)
         lazy = tp > 1 and version >= engine_memory.LAZY_NCCL_COUNTED_SINCE
         features = [GIB, GIB if lazy else 0,
                     engine_memory.transient_peak_bytes(profile, tp, settings["max_num_batched_tokens"],
                                                        settings["max_num_seqs"], settings.get("version")),
-                    0 if quantized else moe, moe if quantized else 0, GIB if quantized else 0]
+                    0 if quantized else moe, moe if quantized else 0, GIB if fixed_workspace else 0]
     finally:
         engine_memory.COPIES.update(saved)
     fixed = table["cudagraph"] or 0

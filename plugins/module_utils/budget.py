@@ -96,6 +96,53 @@ def nominal_weight_bytes_per_rank(profile, bits, tp, load_mtp):
     return int((quantized + embedding * 2) // tp)
 
 
+def pp_partition(num_layers, pp):
+    """Decoder layers per pipeline stage, as vLLM splits them (vllm/distributed/utils.py get_pp_indices,
+    without VLLM_PP_LAYER_PARTITION): an equal share each, the remainder one by one to the stages before
+    the last, which also holds the LM head."""
+    parts = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        parts[-i] += 1
+    return parts
+
+
+def stage_shares(profile, pp, load_mtp):
+    """Per pipeline stage: its layer slice and the share of the model's parameters it holds.
+
+    The embedding is on the first stage; the LM head (the embedding again when tied: vLLM's last rank
+    builds it) and an MTP layer on the last; decoder layers as pp_partition splits them."""
+    params = profile["params"]
+    layers = profile["num_hidden_layers"]
+    vocab_matrix = profile["vocab_size"] * profile["hidden_size"]
+    per_layer = (params["total"] - params["embedding"]) / float(layers)
+    mtp = (params.get("mtp") or 0) if load_mtp else 0
+    types = profile.get("layer_types") or [kv_layout.FULL] * layers
+    shares, start = [], 0
+    for stage, count in enumerate(pp_partition(layers, pp)):
+        last = stage == pp - 1
+        shares.append({"stage": stage, "layers": count, "layer_types": list(types[start:start + count]), "last": last,
+                       "params": count * per_layer + (mtp if last else 0),
+                       "vocab_params": (vocab_matrix if stage == 0 else 0) + (vocab_matrix if last else 0)})
+        start += count
+    return shares
+
+
+def stage_weight_bytes(profile, bits, tp, share, load_mtp):
+    """(nominal bytes of one rank of this stage, its fraction of the whole model's nominal bytes): the
+    quantized layers at the tier's bits, embedding and LM head at 16 bits, as nominal_weight_bytes_per_rank."""
+    stage = share["params"] * effective_bits(bits, profile.get("quantization")) / 8 + share["vocab_params"] * 2
+    whole = nominal_weight_bytes_per_rank(profile, bits, 1, load_mtp)
+    return int(stage // tp), stage / float(whole)
+
+
+def check_pipeline_parallel(profile, pp, tp, gpu_count):
+    _require(pp >= 1, "pipeline_parallel_size must be at least 1, got %s" % pp)
+    _require(pp <= profile["num_hidden_layers"],
+             "pipeline_parallel_size %d is more than the model's %d layers" % (pp, profile["num_hidden_layers"]))
+    _require(pp == 1 or tp * pp <= gpu_count, "tensor_parallel_size %d x pipeline_parallel_size %d needs %d GPUs, the group has %d"
+             % (tp, pp, tp * pp, gpu_count))
+
+
 def check_tensor_parallel(profile, tp, gpu_count):
     _require(gpu_count > 0, "no GPUs in the facts: nothing to budget")
     _require(tp >= 1, "tensor_parallel_size must be at least 1, got %s" % tp)
@@ -159,19 +206,35 @@ def overhead_lines(ctx, state):
 
 
 def evaluate(state, ctx):
-    """Budget table for one (tier, max_model_len, max_num_seqs) state, all in bytes."""
+    """Budget table for one (tier, max_model_len, max_num_seqs) state, all in bytes. Under pipeline
+    parallelism, the table of the tightest stage (vLLM sizes every stage's cache to the smallest)."""
+    if ctx.get("pp", 1) == 1:
+        return evaluate_stage(state, ctx, None)
+    tables = [evaluate_stage(state, ctx, share) for share in stage_shares(ctx["profile"], ctx["pp"], ctx["load_mtp"])]
+    tightest = min(tables, key=lambda table: (table["kv_cache_blocks"], table["headroom"]))
+    return dict(tightest, kv_cache_tokens=min(t["kv_cache_tokens"] for t in tables),
+                max_concurrency=min(t["max_concurrency"] for t in tables), starts=all(t["starts"] for t in tables),
+                headroom=min(t["headroom"] for t in tables))
+
+
+def evaluate_stage(state, ctx, share):
+    """The table of one rank: of the whole model (share None) or of one pipeline stage."""
     tier, tp, engine = state["tier"], ctx["tp"], ctx["engine"]
     profile = ctx["profile"]
     nominal = nominal_weight_bytes_per_rank(profile, tier["bits"], tp, ctx["load_mtp"])
     measured = tier.get("weight_bytes_per_rank")
     if measured is None and tier.get("measured_bytes"):
         measured = tier["measured_bytes"] // tp
+    if share:
+        nominal, fraction = stage_weight_bytes(profile, tier["bits"], tp, share, ctx["load_mtp"])
+        measured = int(measured * fraction) if measured else measured
+        profile = dict(profile, num_hidden_layers=share["layers"], layer_types=share["layer_types"])
     # Header-measured bytes are exact; the parameter arithmetic is the floor when there are none.
     weights = measured if measured else nominal
     lines, source, entry = overhead_lines(ctx, state)
     available = int(engine["kv_cache_memory_bytes"]) if source == OVERHEAD_EXPLICIT_KV else ctx["engine_bytes"] - weights - lines["total"]
     kv_dtype_bytes = KV_DTYPE_BYTES.get(ctx["kv_cache_dtype"], DTYPE_BYTES.get(tier.get("dtype") or "bfloat16", 2))
-    draft_layers = (profile.get("num_nextn_predict_layers") or 0) if ctx["load_mtp"] else 0
+    draft_layers = (profile.get("num_nextn_predict_layers") or 0) if ctx["load_mtp"] and (not share or share["last"]) else 0
     layout = kv_layout.layout(profile, tp, kv_dtype_bytes, ctx["block_size"], state["max_model_len"],
                               engine["max_num_batched_tokens"], draft_layers)
     cap = kv_layout.capacity(layout, available, engine.get("tokens_from_concurrency", True))
@@ -294,8 +357,9 @@ def resolve_engine(engine, gpus, desired_utilization, max_num_seqs):
 
 def plan(profile, tiers, gpus, gpu_memory_utilization=None, kv_cache_dtype="auto", max_model_len=None,
          min_max_model_len=None, max_num_seqs=None, min_max_num_seqs=1, tensor_parallel_size=None,
-         block_size=None, max_model_len_multiple=1024, load_mtp=False, engine=None):
-    """Choose quantization, max_model_len and max_num_seqs that fit this host.
+         block_size=None, max_model_len_multiple=1024, load_mtp=False, engine=None, pipeline_parallel_size=1,
+         nodes_needed_up_to=8):
+    """Choose quantization, max_model_len and max_num_seqs that fit this host (or node group).
 
     profile: the model profile read from config.json (model_config.model_profile).
     tiers: dicts with name, present (weight files intact), bits (else the tier's), measured_bytes
@@ -305,6 +369,10 @@ def plan(profile, tiers, gpus, gpu_memory_utilization=None, kv_cache_dtype="auto
     kv_cache_memory_bytes, runtime_overhead_gib (a flat override), model_id and calibration_entries
     (the calibration store's entries: one whose key matches a setting replaces the modelled
     overhead); unset knobs take the engine version's defaults.
+    pipeline_parallel_size: stages across the nodes of a group; gpus are then every GPU of the group
+    (tensor_parallel_size per node, default the GPUs of one node) and the tightest stage is budgeted.
+    nodes_needed_up_to: when one host cannot hold the model, how many such hosts (pipeline stages) to try
+    for the verdict's "N such nodes would hold it" (0: do not try).
     """
     engine, gpu_memory_utilization, max_num_seqs = resolve_engine(engine, gpus, gpu_memory_utilization,
                                                                   max_num_seqs)
@@ -322,9 +390,11 @@ def plan(profile, tiers, gpus, gpu_memory_utilization=None, kv_cache_dtype="auto
     _require(1 <= min_max_num_seqs <= max_num_seqs,
              "need 1 <= min_max_num_seqs (%s) <= max_num_seqs (%s)" % (min_max_num_seqs, max_num_seqs))
 
-    tp = len(gpus) if tensor_parallel_size is None else tensor_parallel_size
-    check_tensor_parallel(profile, tp, len(gpus))
-    used = gpus[:tp]
+    pp = pipeline_parallel_size or 1
+    tp = len(gpus) // pp if tensor_parallel_size is None else tensor_parallel_size
+    check_pipeline_parallel(profile, pp, tp, len(gpus))
+    check_tensor_parallel(profile, tp, len(gpus) // pp)
+    used = gpus[:tp * pp]
     util, util_reason = effective_utilization(used, gpu_memory_utilization)
 
     offered = sorted((dict(t, bits=t.get("bits") or TIER_BITS[t["name"]]) for t in tiers), key=lambda t: -t["bits"])
@@ -334,6 +404,7 @@ def plan(profile, tiers, gpus, gpu_memory_utilization=None, kv_cache_dtype="auto
     params = profile["params"]
     result = {
         "tensor_parallel_size": tp,
+        "pipeline_parallel_size": pp,
         "gpu_memory_utilization": util,
         "gpu_memory_utilization_requested": gpu_memory_utilization,
         "utilization_note": util_reason,
@@ -353,7 +424,7 @@ def plan(profile, tiers, gpus, gpu_memory_utilization=None, kv_cache_dtype="auto
         return _cannot_hold(result, None, None, "no usable free memory: %s" % util_reason)
 
     ctx = {
-        "profile": profile, "tp": tp, "kv_cache_dtype": kv_cache_dtype, "block_size": block_size,
+        "profile": profile, "tp": tp, "pp": pp, "kv_cache_dtype": kv_cache_dtype, "block_size": block_size,
         "load_mtp": load_mtp, "engine": engine,
         "free_min": min(g["free"] for g in used),
         "engine_bytes": min(int(math.ceil(g["total"] * util)) for g in used),
@@ -405,8 +476,38 @@ def plan(profile, tiers, gpus, gpu_memory_utilization=None, kv_cache_dtype="auto
                "but the smallest setting (%s, max_model_len %d, max_num_seqs %d) needs %.2f GiB"
                % (table["weights"] / GIB, table["overhead"] / GIB, table["kv_available"] / GIB,
                   state["tier"]["name"], state["max_model_len"], state["max_num_seqs"], table["kv_needed"] / GIB))
-        return _cannot_hold(result, state, table, why)
+        result = _cannot_hold(result, state, table, why)
+        if pp == 1 and nodes_needed_up_to > 1:
+            add_nodes_needed(result, nodes_needed_up_to, lambda nodes: plan(
+                profile, tiers, list(used) * nodes, gpu_memory_utilization=gpu_memory_utilization,
+                kv_cache_dtype=kv_cache_dtype, max_model_len=max_model_len, min_max_model_len=min_max_model_len,
+                max_num_seqs=max_num_seqs, min_max_num_seqs=min_max_num_seqs, tensor_parallel_size=tp,
+                block_size=block_size, max_model_len_multiple=max_model_len_multiple, load_mtp=load_mtp,
+                engine=engine, pipeline_parallel_size=nodes, nodes_needed_up_to=0))
+        return result
     return _fitted(result, state, table)
+
+
+def add_nodes_needed(result, up_to, plan_for):
+    """For a host that cannot hold the model: the fewest such hosts, one pipeline stage each, that would
+    (result["nodes_needed"], None when not even up_to would), and the plan they would get."""
+    result["nodes_needed"] = None
+    for nodes in range(2, up_to + 1):
+        try:
+            group = plan_for(nodes)
+        except BudgetInputError:
+            break                       # more stages than layers, or an unusable split
+        if group["fits"]:
+            result["nodes_needed"] = nodes
+            result["nodes_needed_plan"] = {k: group[k] for k in (
+                "quantization", "max_model_len", "max_num_seqs", "tensor_parallel_size", "pipeline_parallel_size",
+                "kv_cache_tokens", "verdict")}
+            result["reason"] += ("; %d such nodes would hold it (tensor parallel %d x pipeline parallel %d: %s, "
+                                 "max_model_len %d, max_num_seqs %d)" % (
+                                     nodes, group["tensor_parallel_size"], nodes, group["quantization"],
+                                     group["max_model_len"], group["max_num_seqs"]))
+            return
+    result["reason"] += "; not even %d such nodes would hold it" % up_to
 
 
 def engine_summary(engine):

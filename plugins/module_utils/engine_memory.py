@@ -46,7 +46,8 @@ COPIES = {
     "moe_workspace": 1.13,     # scale of the fused-MoE workspace (unquantized experts)
     "moe_workspace_quantized": 0.93,   # the same for fp8 / int4 experts: their kernels keep a second
                                       # buffer of the same shape (activation quantization, scales)
-    "quantized_moe_fixed": 1.33 * GIB,  # fixed buffers of the quantized expert kernels (one rank)
+    "quantized_moe_fixed": 1.33 * GIB,  # fixed buffers of the quantized expert kernels other than
+                                        # Triton's (CUTLASS / FlashInfer / Marlin), one rank
     "runtime": 0.79 * GIB,    # cuBLAS workspaces, model-runner buffers, compile scratch (one rank)
     "tensor_parallel": 1.72 * GIB,    # NCCL / all-reduce buffers first touched in the profile (tp > 1)
     "graph_per_layer": 0.23 * MIB,    # each captured graph, per decoder layer: the piecewise graph's
@@ -64,6 +65,11 @@ LAZY_NCCL_COUNTED_SINCE = (0, 11, 0)
 # tokens (default 16K), so its workspace stopped growing there; 0.32 has no such chunking.
 FUSED_MOE_CHUNK_TOKENS = 16 * 1024
 FUSED_MOE_UNCHUNKED_SINCE = (0, 28, 0)
+# vLLM PR #38284 ("Enable CUDAGraph memory profiling by default", merged April 2026, in v0.20.0)
+# turned VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on by default (vllm/envs.py) and raised the default
+# gpu_memory_utilization to 0.92 in the same change; its log line says "default since v0.21.0", but
+# v0.20.0 write-ups list the reserve as "(#38284, default-on)" and v0.19.0 logs still print the opt-in hint.
+CUDAGRAPH_COUNTED_SINCE = (0, 20, 0)
 # vLLM gives >= 160 GiB cards (B200, B300) the largest batch defaults from this version on.
 LARGEST_BATCH_TIER_SINCE = (0, 28, 0)
 # The largest batch captured in a CUDA graph by default: min(2 x max_num_seqs, this) (1024 on SM100).
@@ -87,8 +93,9 @@ def engine_defaults(version, gpu_name, gpu_total_bytes):
     16384 tokens / 1024 seqs for the API server; >= 70 GiB cards other than A100 8192 / 1024; others
     2048 / 256). The >= 160 GiB tier is new in v0.28.0 (arg_utils.py at tag v0.28.0, "for GPUs like
     B200/B300 with >= 160GB memory, use the largest defaults"; at v0.27.0 the top tier, >= 70 GiB,
-    gave the API server 8192); vllm/config/cache.py gpu_memory_utilization 0.92 from v0.25 (0.9 before);
-    vllm/envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default on from about v0.21.
+    gave the API server 8192); vllm/config/cache.py gpu_memory_utilization 0.92 (0.9 before) and
+    vllm/envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default on, both from PR #38284 (v0.20.0; see
+    CUDAGRAPH_COUNTED_SINCE).
     """
     ver = parse_version(version) or (0, 32, 0)
     name = (gpu_name or "").lower()
@@ -103,10 +110,10 @@ def engine_defaults(version, gpu_name, gpu_total_bytes):
     if ver < (0, 10, 0):
         batched, seqs = max(batched, 2048), 256
     return {
-        "gpu_memory_utilization": 0.92 if ver >= (0, 25, 0) else 0.9,
+        "gpu_memory_utilization": 0.92 if ver >= CUDAGRAPH_COUNTED_SINCE else 0.9,
         "max_num_batched_tokens": batched,
         "max_num_seqs": seqs,
-        "cudagraph_counted": ver >= (0, 21, 0),
+        "cudagraph_counted": ver >= CUDAGRAPH_COUNTED_SINCE,
         "tokens_from_concurrency": ver >= (0, 20, 0),
     }
 
@@ -199,6 +206,64 @@ def quantized_experts(profile, settings):
                                     or bool(settings.get("quantized_experts")))
 
 
+# Compute capability by GPU name (the part of the name that identifies it, lower case).
+GPU_CAPABILITY = (("b300", (10, 3)), ("gb300", (10, 3)), ("b200", (10, 0)), ("gb200", (10, 0)),
+                  ("h100", (9, 0)), ("h200", (9, 0)), ("h20", (9, 0)), ("gh200", (9, 0)), ("h800", (9, 0)),
+                  ("rtx pro 6000", (12, 0)), ("5090", (12, 0)), ("l40", (8, 9)), ("l4", (8, 9)), ("4090", (8, 9)),
+                  ("4060", (8, 9)), ("ada", (8, 9)), ("a100", (8, 0)), ("a800", (8, 0)), ("a30", (8, 0)),
+                  ("a10", (8, 6)), ("a40", (8, 6)), ("a5000", (8, 6)), ("a6000", (8, 6)), ("3090", (8, 6)))
+MOE_TRITON, MOE_FLASHINFER_CUTLASS, MOE_MARLIN, MOE_OTHER = "triton", "flashinfer_cutlass", "marlin", "other"
+
+
+def gpu_capability(gpu_name):
+    name = (gpu_name or "").lower()
+    for key, capability in GPU_CAPABILITY:
+        if key in name:
+            return capability
+    return None
+
+
+def moe_backend(profile, settings):
+    """The expert kernel family vLLM runs, which decides whether a fixed workspace is kept.
+
+    A backend the engine printed ("Using TRITON Fp8 MoE backend") wins (settings moe_backend).
+    Otherwise, from the checkpoint and the GPU:
+      * unquantized experts: the Triton fused_moe kernel (vllm/model_executor/layers/fused_moe/fused_moe.py);
+      * integer weight-only experts (compressed-tensors / AWQ / GPTQ W4A16, W8A16): Marlin MoE
+        (CompressedTensorsWNA16MarlinMoEMethod, fused_marlin_moe);
+      * fp8 experts on a GPU without fp8 tensor cores (compute capability < 8.9): fp8 Marlin (W8A16);
+        on SM90 / SM100: FlashInfer CUTLASS (the fp8 MoE oracle's pick, printed as FLASHINFER_CUTLASS
+        in public v0.15.1 and v0.19.0 write-ups; VLLM_USE_FLASHINFER_MOE_FP8=0 turns it back to Triton);
+        on SM89: Triton (FlashInfer's CUTLASS fp8 MoE needs SM90+);
+      * fp4 experts (mxfp4, nvfp4): their CUTLASS / Marlin / TRT-LLM kernels.
+    The Triton kernel allocates only per-batch workspace (moe_workspace_bytes); the other families keep
+    fixed buffers besides it (COPIES["quantized_moe_fixed"])."""
+    stated = str(settings.get("moe_backend") or "").lower()
+    if stated:
+        for word, backend in (("triton", MOE_TRITON), ("marlin", MOE_MARLIN), ("cutlass", MOE_FLASHINFER_CUTLASS)):
+            if word in stated:
+                return backend
+        return MOE_OTHER
+    if not quantized_experts(profile, settings):
+        return MOE_TRITON
+    quant = profile.get("quantization") or {}
+    method = str(quant.get("method") or "").lower()
+    bits = quant.get("bits", 16)
+    if "fp4" in method or method == "modelopt":
+        return MOE_OTHER
+    if bits == 8 and method in ("fp8", "fbgemm_fp8"):
+        capability = gpu_capability(settings.get("gpu_name"))
+        if capability is None or capability >= (9, 0):
+            return MOE_FLASHINFER_CUTLASS
+        return MOE_TRITON if capability >= (8, 9) else MOE_MARLIN
+    return MOE_MARLIN
+
+
+def fixed_moe_workspace(profile, settings):
+    """Whether the expert kernels keep fixed buffers besides the per-batch workspace."""
+    return quantized_experts(profile, settings) and moe_backend(profile, settings) != MOE_TRITON
+
+
 def non_torch_bytes(profile, tp, settings):
     """Buffers outside the forward that the profile run leaves behind: runtime workspaces, the
     NCCL / all-reduce buffers first touched there when tp > 1 (engines since about 0.11 take the
@@ -206,7 +271,7 @@ def non_torch_bytes(profile, tp, settings):
     expert kernels."""
     version = parse_version(settings.get("version")) or (0, 32, 0)
     lazy_tp = COPIES["tensor_parallel"] if tp > 1 and version >= LAZY_NCCL_COUNTED_SINCE else 0
-    fixed = COPIES["quantized_moe_fixed"] if quantized_experts(profile, settings) else 0
+    fixed = COPIES["quantized_moe_fixed"] if fixed_moe_workspace(profile, settings) else 0
     return int(COPIES["runtime"] + lazy_tp + fixed)
 
 

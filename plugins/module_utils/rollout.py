@@ -166,6 +166,8 @@ def report_row(host, hostvars, check_mode=False, stopped_by=None):
         "max_model_len": _get(budget, "max_model_len"),
         "max_num_seqs": _get(budget, "max_num_seqs"),
         "tensor_parallel_size": _get(budget, "tensor_parallel_size"),
+        "pipeline_parallel_size": _get(budget, "pipeline_parallel_size", 1),
+        "nodes_needed": _get(budget, "nodes_needed"),
         "gpu_memory_utilization": _get(budget, "gpu_memory_utilization"),
         "headroom_gib": _get(table, "headroom"),
         "overhead_gib": _get(table, "overhead"),

@@ -111,7 +111,7 @@ options:
   gpu_memory_utilization:
     description:
       - Desired fraction of TOTAL memory vLLM may use, in (0, 1]; lowered when free memory is smaller.
-      - Unset, the engine version's default (0.9; 0.92 from v0.25).
+      - Unset, the engine version's default (0.9; 0.92 from v0.20).
     type: float
   runtime_overhead_gib:
     description:
@@ -173,8 +173,23 @@ options:
     type: int
     default: 1
   tensor_parallel_size:
-    description: GPUs per engine; defaults to every GPU on the host.
+    description: GPUs per engine; defaults to every GPU on the host (per node, under O(pipeline_parallel_size)).
     type: int
+  pipeline_parallel_size:
+    description:
+      - Pipeline stages of one engine across the nodes of a group (vLLM's C(pipeline_parallel_size)); O(gpus) then lists
+        every GPU of the group. Layers are split as vLLM splits them (embedding on the first stage, LM head and MTP
+        on the last) and the tightest stage is budgeted.
+    type: int
+    default: 1
+    version_added: 0.3.0
+  nodes_needed_up_to:
+    description:
+      - When the host cannot hold the model alone, try up to this many such hosts, one pipeline stage each, and say
+        how many would hold it (RV(nodes_needed)); 0 or 1 skips it.
+    type: int
+    default: 8
+    version_added: 0.3.0
   block_size:
     description:
       - vLLM KV cache block size in tokens; unset, the engine's default (16; 64 for MLA models; 128 on the CPU
@@ -252,9 +267,21 @@ max_num_seqs:
   returned: always
   type: int
 tensor_parallel_size:
-  description: GPUs per engine.
+  description: GPUs per engine (per node under pipeline parallelism).
   returned: always
   type: int
+pipeline_parallel_size:
+  description: Pipeline stages (nodes of the group).
+  returned: always
+  type: int
+  version_added: 0.3.0
+nodes_needed:
+  description:
+    - When this host cannot hold the model, the fewest such hosts that would, one pipeline stage each (null when not even
+      O(nodes_needed_up_to) would); RV(reason) says it too.
+  returned: when the host cannot hold the model
+  type: int
+  version_added: 0.3.0
 gpu_memory_utilization:
   description: Utilization to configure, lowered to what free memory allows.
   returned: always
@@ -389,6 +416,8 @@ ARGUMENT_SPEC = dict(
     max_num_seqs=dict(type="int", default=16),
     min_max_num_seqs=dict(type="int", default=1),
     tensor_parallel_size=dict(type="int"),
+    pipeline_parallel_size=dict(type="int", default=1),
+    nodes_needed_up_to=dict(type="int", default=8),
     block_size=dict(type="int"),
     max_model_len_multiple=dict(type="int", default=1024),
     load_mtp=dict(type="bool", default=False),
@@ -455,6 +484,8 @@ def run_plan(module, profile, tiers):
         max_num_seqs=params["max_num_seqs"],
         min_max_num_seqs=params["min_max_num_seqs"],
         tensor_parallel_size=params["tensor_parallel_size"],
+        pipeline_parallel_size=params["pipeline_parallel_size"],
+        nodes_needed_up_to=params["nodes_needed_up_to"],
         block_size=params["block_size"],
         max_model_len_multiple=params["max_model_len_multiple"],
         load_mtp=params["load_mtp"],
@@ -485,7 +516,7 @@ def main():
         module.fail_json(msg="MIG is enabled on GPU(s) %s: budget whole GPUs only; disable MIG "
                              "(nvidia-smi -mig 0) or leave those GPUs out of O(gpus)" % ", ".join(mig),
                          status=BAD_INPUT)
-    tp = params["tensor_parallel_size"] or max(len(gpus), 1)
+    tp = params["tensor_parallel_size"] or max(len(gpus) // max(params["pipeline_parallel_size"], 1), 1)
     inspected, tiers = inspect_tiers(params["tiers"], tp, params["model_config"], params["load_mtp"])
     overridden = [f for f in inspected if f["problem"] == "bad_override"]
     if overridden:

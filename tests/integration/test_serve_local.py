@@ -246,6 +246,7 @@ def test_a_failing_canary_leaves_later_waves_untouched(host, three_hosts):
 
 def test_fleet_status_reads_the_engine_and_the_drift_from_its_record(host):
     assert deploy(host).returncode == 0
+
     def status():
         return run("ansible-playbook", "playbooks/fleet_status.yml", "-i", inventory(host),
                    "-e", "hy3_report_dir=%s" % (host["tmp"] / "report"))

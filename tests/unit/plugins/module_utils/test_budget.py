@@ -1,8 +1,12 @@
 # -*- coding: utf-8 -*-
 """The budget's retreat and verdicts; byte amounts checked by hand where they are simple."""
+import os
+import sys
+
 import pytest
 
-from ansible_collections.hy3.fleet.plugins.module_utils import calibration, engine_memory
+from ansible_collections.hy3.fleet.plugins.module_utils import budget, calibration, engine_memory
+from ansible_collections.hy3.fleet.plugins.module_utils.model_config import model_profile
 from ansible_collections.hy3.fleet.plugins.module_utils.budget import GIB, BudgetInputError, plan
 
 # A 1B-parameter dense model with 2 layers of 2 KV heads x 64: 1 KiB of KV a token in bf16.
@@ -338,3 +342,102 @@ def test_a_length_below_one_multiple_is_kept_as_it_fits():
     r = plan(TINY, [tier("bf16")], gpus(1, 16), max_model_len=1024, min_max_model_len=256, max_num_seqs=2048,
              block_size=128, engine={"platform": "cpu", "kv_cache_memory_bytes": GIB})
     assert r["max_model_len"] == 512 and r["fits"] and r["ladder"][-1]["action"] == "lower max_model_len to 512"
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+
+
+# --- pipeline parallel across the nodes of a group; how many such nodes would hold the model ---
+
+@pytest.mark.parametrize("layers, pp, parts", [(80, 1, [80]), (80, 2, [40, 40]), (80, 3, [27, 27, 26]),
+                                               (7, 4, [2, 2, 2, 1]), (5, 5, [1, 1, 1, 1, 1])])
+def test_layers_split_as_vllm_splits_them(layers, pp, parts):
+    assert budget.pp_partition(layers, pp) == parts
+
+
+def hy3_profile():
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from make_sample_checkpoints import hy3_config
+    return model_profile(hy3_config("bf16"))
+
+
+def gpus_of(count, total_gib, free_gib):
+    return [{"index": i, "total": total_gib * GIB, "free": free_gib * GIB} for i in range(count)]
+
+
+def test_stages_hold_the_layers_and_the_vocabulary_at_the_ends():
+    profile = hy3_profile()
+    shares = budget.stage_shares(profile, 2, load_mtp=True)
+    assert [s["layers"] for s in shares] == [40, 40] and [s["last"] for s in shares] == [False, True]
+    vocab = profile["vocab_size"] * profile["hidden_size"]
+    assert shares[0]["vocab_params"] == shares[1]["vocab_params"] == vocab         # embedding, LM head
+    # every parameter sits on one stage: the stages add up to the whole model (with its MTP layer)
+    whole = profile["params"]["total"] + profile["params"]["mtp"] + vocab * (1 if profile["tie_word_embeddings"] else 0)
+    assert sum(s["params"] + s["vocab_params"] for s in shares) == pytest.approx(whole, rel=1e-9)
+
+
+def test_two_nodes_split_the_weights_and_add_kv_cache():
+    profile = hy3_profile()
+    tiers = [{"name": "bf16", "present": True}]
+    one = budget.plan(profile, tiers, gpus_of(8, 80, 79), max_model_len=131072, max_num_seqs=8)
+    two = budget.plan(profile, tiers, gpus_of(16, 80, 79), max_model_len=131072, max_num_seqs=8,
+                      pipeline_parallel_size=2)
+    assert (two["tensor_parallel_size"], two["pipeline_parallel_size"]) == (8, 2)
+    assert two["budget_gib"]["weights"] == pytest.approx(one["budget_gib"]["weights"] / 2, rel=0.02)
+    assert two["status"] == "fits" and two["kv_cache_tokens"] > 10 * one["kv_cache_tokens"]
+
+
+def test_a_host_that_cannot_hold_the_model_says_how_many_such_hosts_would():
+    profile = hy3_profile()
+    tiers = [{"name": "bf16", "present": True}]
+    alone = budget.plan(profile, tiers, gpus_of(8, 40, 39), max_model_len=131072, max_num_seqs=8)
+    assert alone["status"] == "cannot_hold" and alone["nodes_needed"] == 3
+    assert "3 such nodes would hold it (tensor parallel 8 x pipeline parallel 3" in alone["reason"]
+    group = budget.plan(profile, tiers, gpus_of(24, 40, 39), max_model_len=131072, max_num_seqs=8,
+                        pipeline_parallel_size=3)
+    assert group["fits"] and (group["max_model_len"], group["kv_cache_tokens"]) == (
+        alone["nodes_needed_plan"]["max_model_len"], alone["nodes_needed_plan"]["kv_cache_tokens"])
+    tiny = budget.plan(profile, tiers, gpus_of(1, 24, 23), max_model_len=131072, max_num_seqs=8, nodes_needed_up_to=4)
+    assert tiny["nodes_needed"] is None and tiny["reason"].endswith("not even 4 such nodes would hold it")
+
+
+@pytest.mark.parametrize("gpus, pp, words", [
+    (8, 3, "tensor_parallel_size 8 x pipeline_parallel_size 3 needs 24 GPUs, the group has 8"),
+    (81, 81, "pipeline_parallel_size 81 is more than the model's 80 layers"),
+])
+def test_impossible_pipelines_are_refused(gpus, pp, words):
+    with pytest.raises(BudgetInputError, match=words):
+        budget.plan(hy3_profile(), [{"name": "bf16", "present": True}], gpus_of(gpus, 80, 79), max_model_len=4096,
+                    pipeline_parallel_size=pp, tensor_parallel_size=8 if pp == 3 else 1)
+
+
+def test_cuda_graph_estimate_and_092_default_arrive_together_in_v0_20():
+    # vLLM PR #38284 (in v0.20.0) turned VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on and raised the default
+    # gpu_memory_utilization to 0.92 in one change; v0.19.0 logs still print the opt-in hint.
+    for version, counted, util in (("0.19.0", False, 0.9), ("0.20.0", True, 0.92), ("0.21.0", True, 0.92)):
+        defaults = engine_memory.engine_defaults(version, "NVIDIA H100 80GB HBM3", 80 * GIB)
+        assert (defaults["cudagraph_counted"], defaults["gpu_memory_utilization"]) == (counted, util), version
+
+
+def test_moe_backend_from_the_checkpoint_and_the_gpu():
+    fp8 = dict(HY3, quantization={"method": "fp8", "bits": 8})
+    int4 = dict(HY3, quantization={"method": "compressed-tensors", "bits": 4})
+    backend = engine_memory.moe_backend
+    assert backend(HY3, {"gpu_name": "NVIDIA H200"}) == engine_memory.MOE_TRITON        # unquantized experts
+    assert backend(fp8, {"gpu_name": "NVIDIA H200"}) == engine_memory.MOE_FLASHINFER_CUTLASS
+    assert backend(fp8, {"gpu_name": "NVIDIA A100-SXM4-80GB"}) == engine_memory.MOE_MARLIN   # no fp8 cores
+    assert backend(fp8, {"gpu_name": "NVIDIA L40S"}) == engine_memory.MOE_TRITON
+    assert backend(int4, {"gpu_name": "NVIDIA B200"}) == engine_memory.MOE_MARLIN
+    # A backend the engine printed wins over the derivation.
+    assert backend(fp8, {"gpu_name": "NVIDIA H200", "moe_backend": "TRITON"}) == engine_memory.MOE_TRITON
+
+
+def test_triton_experts_keep_no_fixed_workspace():
+    fp8 = dict(HY3, quantization={"method": "fp8", "bits": 8})
+    settings = {"version": "0.30.0", "gpu_name": "NVIDIA H200", "max_num_batched_tokens": 8192, "max_num_seqs": 16}
+    cutlass = engine_memory.non_torch_bytes(fp8, 8, settings)
+    triton = engine_memory.non_torch_bytes(fp8, 8, dict(settings, moe_backend="triton"))
+    assert abs(cutlass - triton - engine_memory.COPIES["quantized_moe_fixed"]) <= 1
+    # the per-batch workspace is there either way
+    assert engine_memory.moe_workspace_bytes(fp8, 8, dict(settings, moe_backend="triton")) == \
+        engine_memory.moe_workspace_bytes(fp8, 8, settings) > 0
