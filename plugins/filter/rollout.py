@@ -11,52 +11,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-DOCUMENTATION = r"""
----
-name: rollout_plan
-short_description: The rollout group of one host (steady, roll, cannot_hold) from its budget, state and files
-version_added: 0.3.0
-description:
-  - Compares the files the serve role would write (their SHA-1) with what the host has (M(hy3.fleet.engine_status)),
-    and looks at the engine and the budget's verdict. Returns C(action), C(reasons) (codes) and a C(sentence).
-  - Also provides C(rollout_fault) (the plan of a host whose planning failed), C(preflight_problems), C(fleet_rows)
-    (rows of the fleet report), C(fleet_tally), C(fleet_failures) (what fails the run) and C(fleet_status_rows)
-    (rows of playbooks/fleet_status.yml).
-positional: budget, status, desired
-options:
-  _input:
-    description: The budget (M(hy3.fleet.engine_budget)'s result).
-    type: dict
-    required: true
-  status:
-    description: M(hy3.fleet.engine_status)'s result.
-    type: dict
-    required: true
-  desired:
-    description: The files a deploy would write, each with C(name), C(path) and C(checksum).
-    type: list
-    elements: dict
-    required: true
-author:
-  - hy3.fleet maintainers (@hy3-fleet)
-"""
-
-EXAMPLES = r"""
----
-- name: Plan this host
-  ansible.builtin.set_fact:
-    hy3_plan: "{{ hy3_budget | hy3.fleet.rollout_plan(hy3_engine_status, desired_files) }}"
-
-- name: The fleet report's rows
-  ansible.builtin.set_fact:
-    rows: "{{ groups['gpu_nodes'] | hy3.fleet.fleet_rows(hostvars, ansible_check_mode) }}"
-"""
-
-RETURN = r"""
-_value:
-  description: C(action) (V(steady), V(roll), V(cannot_hold)), C(reasons) and C(sentence).
-  type: dict
-"""
+# Each filter's documentation is in its own file beside this one (rollout_plan.yml, fleet_rows.yml, ...).
 
 from ansible_collections.hy3.fleet.plugins.module_utils import rollout
 
