@@ -126,6 +126,10 @@ def pid_of(fleet, host):
         return int(handle.read())
 
 
+def report(fleet):
+    return json.loads((fleet["base"] / "report" / "fleet_budget.json").read_text())
+
+
 def recap(output):
     return {h: {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", rest)}
             for h, rest in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output, re.M)}
@@ -204,7 +208,6 @@ def test_broken_weights_fail_in_weight_loading_before_anything_is_touched(fleet,
     pids = {h: pid_of(fleet, h) for h in HOSTS}
     hosts = dict(fleet["hosts"])
     hosts["node-b"] = dict(hosts["node-b"], hy3_tiers=[{"name": "bf16", "weights_dir": fleet["broken"]}])
-    hosts["node-c"] = dict(hosts["node-c"], hy3_max_num_seqs=2)      # would change node-c if it were reached
     proc = deploy(fleet, write_inventory(fleet, "inventory-broken.yml", hosts))
     (fleet["base"] / "run2.log").write_text(proc.stdout)
     assert proc.returncode != 0
@@ -212,8 +215,10 @@ def test_broken_weights_fail_in_weight_loading_before_anything_is_touched(fleet,
     assert "weight loading would fail for tier bf16" in out and "check the weight directory and file list" in out
     assert '"status": "weight_loading"' in out and "runs past the end of the 64-byte file" in out
     assert config_of(fleet, "node-b") == before_b                       # nothing written, no restart
-    assert "node-c" not in recap(out)                                   # rollout stopped before it
     assert config_of(fleet, "node-c") == before_c
+    # node-b is faulted in the plan and skipped; the others are planned as usual (steady) and the run fails
+    outcomes = [(r["host"], r["outcome"]) for r in report(fleet)]
+    assert outcomes == [("node-a", "steady"), ("node-b", "faulted"), ("node-c", "steady")]
     assert {h: pid_of(fleet, h) for h in HOSTS} == pids
     assert recap(out)["node-a"]["changed"] == 0
     proc = run("ansible", "node-b", "-i", fleet["inventory"], "-m", "ansible.builtin.uri", "-a",
@@ -244,5 +249,7 @@ def test_driver_library_mismatch_stops_with_the_remedy(fleet, first_run):
     proc = deploy(fleet)
     assert proc.returncode != 0
     assert "reboot or reload the nvidia kernel module" in proc.stdout
-    assert "node-b" not in recap(proc.stdout)
+    rows = report(fleet)
+    assert [(r["host"], r["outcome"]) for r in rows] == [("node-a", "faulted"), ("node-b", "steady"), ("node-c", "steady")]
+    assert rows[0]["plan_reasons"] == ["nvml_version_mismatch"]
     assert config_of(fleet, "node-a") == before and pid_of(fleet, "node-a") == pid_a

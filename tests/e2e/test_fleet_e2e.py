@@ -246,10 +246,12 @@ def test_fault_fails_naming_host_and_cause_and_changes_nothing(fleet, deployed, 
     assert untouched(fleet, "node-c")
 
 
-# Four streaming requests at once (about 7 s of generation on 2 cores), as clients still connected
-# when the host leaves the load balancer; the result counts the tokens each got.
+# STREAMS streaming requests at once, as clients still connected when the host leaves the load balancer:
+# more than max_num_seqs, so several rounds of generation run (and some wait) whatever the speed of the
+# machine; the result lists the tokens each got.
+STREAMS = 32
 STREAM_CLIENT = """import json, sys, threading, urllib.request
-port, key, tokens, out = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
+port, key, tokens, out, streams = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 results = []
 def one():
     request = urllib.request.Request("http://127.0.0.1:%d/v1/chat/completions" % port, method="POST",
@@ -260,7 +262,7 @@ def one():
     lines = [line.strip() for line in urllib.request.urlopen(request, timeout=600) if line.strip()]
     usage = [json.loads(line[6:])["usage"] for line in lines[:-1] if b'"usage"' in line]
     results.append((usage[-1] or {}).get("completion_tokens") if usage else None)
-threads = [threading.Thread(target=one) for _ in range(4)]
+threads = [threading.Thread(target=one) for _ in range(streams)]
 [t.start() for t in threads]
 [t.join() for t in threads]
 open(out, "w").write(json.dumps(sorted(results, key=str)))
@@ -278,7 +280,7 @@ sys.exit("no request started")
 
 
 def drain_hooks(fleet, host, tokens):
-    """A drain hook that starts four long streaming requests on the host and returns once they run, and an
+    """A drain hook that starts STREAMS long streaming requests on the host and returns once they run, and an
     undrain hook that leaves a marker; their variables for the host."""
     share = fleet["fleet"].share_dir(host)
     for name, text in (("stream_client.py", STREAM_CLIENT), ("wait_busy.py", WAIT_BUSY)):
@@ -287,8 +289,8 @@ def drain_hooks(fleet, host, tokens):
     drain, undrain = fleet["base"] / ("drain-%s.yml" % host), fleet["base"] / ("undrain-%s.yml" % host)
     drain.write_text(yaml.safe_dump([{"name": "Start long streaming requests", "ansible.builtin.shell": (
         "rm -f {share}/stream.json; nohup /usr/bin/python3 {share}/stream_client.py {port} {key} {tokens} "
-        "{share}/stream.json >{share}/stream.log 2>&1 & /usr/bin/python3 {share}/wait_busy.py {port}".format(
-            share=IN_HOST_SHARE, port=PORT, key=API_KEY, tokens=tokens)),
+        "{share}/stream.json {streams} >{share}/stream.log 2>&1 & /usr/bin/python3 {share}/wait_busy.py {port}".format(
+            share=IN_HOST_SHARE, port=PORT, key=API_KEY, tokens=tokens, streams=STREAMS)),
         "changed_when": False}]))
     undrain.write_text(yaml.safe_dump([{"name": "Back in service", "ansible.builtin.copy": {
         "content": "in service\n", "dest": IN_HOST_SHARE + "/undrained", "mode": "0644"}}]))
@@ -315,7 +317,7 @@ def test_a_wave_of_two_rolls_together_and_waits_for_the_request_in_flight(fleet,
     assert [(r["host"], r["outcome"]) for r in report(fleet)] == [("node-a", "rolled"), ("node-b", "rolled")]
     busy = [int(n) for n in re.findall(r'"busy_polls": (\d+)', proc.stdout)]
     assert max(busy) >= 1, proc.stdout[-6000:]                       # node-a waited while its request ran
-    assert stream_result(fleet, "node-a") == [900] * 4                  # ... which finished whole
+    assert stream_result(fleet, "node-a") == [900] * STREAMS            # ... which finished whole
     assert os.path.exists(os.path.join(fleet["fleet"].share_dir("node-a"), "undrained"))
     assert all(unit_state(fleet, h)["MainPID"] != pids[h] for h in pids)
     assert all(config_of(fleet, h)["max-num-seqs"] == 4 for h in pids)
@@ -338,7 +340,7 @@ def test_a_drain_that_times_out_fails_the_host_without_restarting_it(fleet, depl
     deadline = time.monotonic() + 300                                # the request in flight still ends whole
     while stream_result(fleet, "node-b") is None and time.monotonic() < deadline:
         time.sleep(2)
-    assert stream_result(fleet, "node-b") == [1000] * 4
+    assert stream_result(fleet, "node-b") == [1000] * STREAMS
 
 
 def test_engine_killed_from_outside_is_restarted_by_systemd(fleet, deployed):
