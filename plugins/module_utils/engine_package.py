@@ -60,5 +60,5 @@ def probe(run_command, python):
     try:
         found = json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        raise EnginePackageError("unexpected answer from %s: %r" % (python, out[-200:]))
+        raise EnginePackageError("unexpected answer from %s: %r" % (python, out[-200:])) from None
     return describe(found)

@@ -272,7 +272,7 @@ def run_module():
     module.exit_json(
         changed=False, status=status, msg=msg, engine=engine, system=system,
         port=port_listeners(module, params["port"], params["mode"], params["service"], engine["pid"]),
-        files=dict((path, module.sha1(path) if os.path.isfile(path) else None) for path in params["files"]),
+        files={path: module.sha1(path) if os.path.isfile(path) else None for path in params["files"]},
         record=record, record_status=record_status, package=engine_package(module, params["python"]),
         serving=serving)
 

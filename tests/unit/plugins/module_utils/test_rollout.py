@@ -20,7 +20,7 @@ def status(files=None, running=True, healthy=True):
     (SAME, True, True, "steady", []),
     (dict(SAME, **{"/opt/hy3/etc/vllm.yaml": "c0"}), True, True, "roll", ["config_changed"]),
     (dict(SAME, **{"/opt/hy3/state/driver_version": "d0"}), True, True, "roll", ["driver_changed"]),
-    (dict((path, None) for path in SAME), False, False, "roll", ["not_deployed", "engine_stopped"]),
+    (dict.fromkeys(SAME), False, False, "roll", ["not_deployed", "engine_stopped"]),
     (dict(SAME, **{"/opt/hy3/etc/engine.env": None}), True, True, "roll", ["environment_changed"]),
     (SAME, False, False, "roll", ["engine_stopped"]),
     (SAME, True, False, "roll", ["engine_not_serving"]),
