@@ -208,20 +208,22 @@ def overhead_lines(ctx, state):
 def evaluate(state, ctx):
     """Budget table for one (tier, max_model_len, max_num_seqs) state, all in bytes. Under pipeline
     parallelism, the table of the tightest stage (vLLM sizes every stage's cache to the smallest)."""
+    overhead = overhead_lines(ctx, state)       # the same on every stage
     if ctx.get("pp", 1) == 1:
-        return evaluate_stage(state, ctx, None)
-    tables = [evaluate_stage(state, ctx, share) for share in stage_shares(ctx["profile"], ctx["pp"], ctx["load_mtp"])]
+        return evaluate_stage(state, ctx, None, overhead)
+    tables = [evaluate_stage(state, ctx, share, overhead)
+              for share in stage_shares(ctx["profile"], ctx["pp"], ctx["load_mtp"])]
     tightest = min(tables, key=lambda table: (table["kv_cache_blocks"], table["headroom"]))
     return dict(tightest, kv_cache_tokens=min(t["kv_cache_tokens"] for t in tables),
                 max_concurrency=min(t["max_concurrency"] for t in tables), starts=all(t["starts"] for t in tables),
                 headroom=min(t["headroom"] for t in tables))
 
 
-def evaluate_stage(state, ctx, share):
-    """The table of one rank: of the whole model (share None) or of one pipeline stage."""
+def evaluate_stage(state, ctx, share, overhead):
+    """The table of one rank: of the whole model (share None) or of one pipeline stage; overhead is
+    overhead_lines()' result for this state."""
     tier, tp, engine = state["tier"], ctx["tp"], ctx["engine"]
     profile = ctx["profile"]
-    nominal = nominal_weight_bytes_per_rank(profile, tier["bits"], tp, ctx["load_mtp"])
     measured = tier.get("weight_bytes_per_rank")
     if measured is None and tier.get("measured_bytes"):
         measured = tier["measured_bytes"] // tp
@@ -229,9 +231,11 @@ def evaluate_stage(state, ctx, share):
         nominal, fraction = stage_weight_bytes(profile, tier["bits"], tp, share, ctx["load_mtp"])
         measured = int(measured * fraction) if measured else measured
         profile = dict(profile, num_hidden_layers=share["layers"], layer_types=share["layer_types"])
+    else:
+        nominal = nominal_weight_bytes_per_rank(profile, tier["bits"], tp, ctx["load_mtp"])
     # Header-measured bytes are exact; the parameter arithmetic is the floor when there are none.
     weights = measured if measured else nominal
-    lines, source, entry = overhead_lines(ctx, state)
+    lines, source, entry = overhead
     available = int(engine["kv_cache_memory_bytes"]) if source == OVERHEAD_EXPLICIT_KV else ctx["engine_bytes"] - weights - lines["total"]
     kv_dtype_bytes = KV_DTYPE_BYTES.get(ctx["kv_cache_dtype"], DTYPE_BYTES.get(tier.get("dtype") or "bfloat16", 2))
     draft_layers = (profile.get("num_nextn_predict_layers") or 0) if ctx["load_mtp"] and (not share or share["last"]) else 0

@@ -23,34 +23,39 @@ import re
 SERVICE_PROPERTIES = ("ActiveState", "SubState", "MainPID", "NRestarts", "Result")
 
 # ActiveState values in which the unit is (still) bringing the engine up or runs it
-_STARTING_OR_RUNNING = ("active", "activating", "reloading")
+STARTING_OR_RUNNING = ("active", "activating", "reloading")
 
 
-def pid_alive(pid_file):
-    """True when the PID in pid_file names a running process."""
+def live_pid(pid_file):
+    """The PID in pid_file when it names a running process, else 0."""
     try:
         with open(pid_file) as handle:
             pid = int(handle.read().strip())
         os.kill(pid, 0)
-        return True
+        return pid
     except (IOError, OSError, ValueError):
-        return False
+        return 0
 
 
-def systemctl_show_args(systemctl, unit):
-    """argv of the `systemctl show` call that service_state() parses."""
+def pid_alive(pid_file):
+    """True when the PID in pid_file names a running process."""
+    return live_pid(pid_file) > 0
+
+
+def systemctl_show_args(systemctl, unit, properties=SERVICE_PROPERTIES):
+    """argv of the `systemctl show` call that parse_show() reads."""
     args = [systemctl, "show", unit]
-    for prop in SERVICE_PROPERTIES:
+    for prop in properties:
         args += ["--property", prop]
     return args
 
 
-def parse_show(text):
-    """`systemctl show` output (KEY=VALUE lines) as a dict; MainPID and NRestarts as ints."""
+def parse_show(text, properties=SERVICE_PROPERTIES):
+    """`systemctl show` output (KEY=VALUE lines) as a dict of properties; MainPID and NRestarts as ints."""
     state = {}
     for line in text.splitlines():
         key, sep, value = line.partition("=")
-        if sep and key in SERVICE_PROPERTIES:
+        if sep and key in properties:
             state[key] = value.strip()
     for key in ("MainPID", "NRestarts"):
         try:
@@ -65,7 +70,7 @@ def service_gone(first, now):
 
     first: the state at the start of the wait; now: the state at this poll.
     """
-    if now.get("ActiveState") not in _STARTING_OR_RUNNING:
+    if now.get("ActiveState") not in STARTING_OR_RUNNING:
         return "the unit is %s (%s, result %s)" % (now.get("ActiveState"), now.get("SubState"), now.get("Result"))
     if now.get("SubState") == "auto-restart":
         return "the engine exited and systemd is about to restart it (result %s)" % now.get("Result")
@@ -78,8 +83,6 @@ def service_gone(first, now):
 
 # The host's state in one read, for the rollout's plan (plugins/modules/engine_status.py).
 
-# ActiveState values in which a unit counts as running the engine (a starting one included)
-RUNNING_STATES = _STARTING_OR_RUNNING
 UNIT_PROPERTIES = SERVICE_PROPERTIES + ("LoadState", "UnitFileState")
 # systemctl is-system-running: a deploy can go on in these (degraded: see failed_units)
 SYSTEM_USABLE = ("running", "degraded", "starting")

@@ -18,7 +18,6 @@ __metaclass__ = type
 
 # Plan actions, and the outcome each leads to when nothing else happened to the host.
 STEADY, ROLL, CANNOT_HOLD, FAULTED = "steady", "roll", "cannot_hold", "faulted"
-ACTIONS = (STEADY, ROLL, CANNOT_HOLD, FAULTED)
 
 # What the files a deploy writes are called in reasons and sentences.
 FILE_WORDS = {"config": "vLLM config", "environment": "environment", "script": "control script",

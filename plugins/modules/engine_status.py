@@ -163,14 +163,9 @@ from ansible_collections.hy3.fleet.plugins.module_utils.engine_probe import serv
 
 
 def systemd_engine(module, systemctl, service):
-    rc, out, _err = module.run_command(engine_state.systemctl_show_args(systemctl, service)
-                                       + ["--property", "LoadState", "--property", "UnitFileState"])
-    state = engine_state.parse_show(out) if rc == 0 else {}
-    for line in out.splitlines() if rc == 0 else []:
-        key, _sep, value = line.partition("=")
-        if key in ("LoadState", "UnitFileState"):
-            state[key] = value.strip()
-    running = state.get("ActiveState") in engine_state.RUNNING_STATES and state.get("MainPID", 0) > 0
+    rc, out, _err = module.run_command(engine_state.systemctl_show_args(systemctl, service, engine_state.UNIT_PROPERTIES))
+    state = engine_state.parse_show(out, engine_state.UNIT_PROPERTIES) if rc == 0 else {}
+    running = state.get("ActiveState") in engine_state.STARTING_OR_RUNNING and state.get("MainPID", 0) > 0
     return {"running": running, "pid": state.get("MainPID", 0) if running else 0,
             "unit_known": state.get("LoadState", "not-found") != "not-found",
             "active_state": state.get("ActiveState"), "sub_state": state.get("SubState"),
@@ -178,12 +173,8 @@ def systemd_engine(module, systemctl, service):
 
 
 def pid_engine(pid_file):
-    running = bool(pid_file) and engine_state.pid_alive(pid_file)
-    pid = 0
-    if running:
-        with open(pid_file) as handle:
-            pid = int(handle.read().strip())
-    return {"running": running, "pid": pid, "unit_known": False, "active_state": None, "sub_state": None, "restarts": 0}
+    pid = engine_state.live_pid(pid_file) if pid_file else 0
+    return {"running": pid > 0, "pid": pid, "unit_known": False, "active_state": None, "sub_state": None, "restarts": 0}
 
 
 def systemd_manager(module, systemctl, service):

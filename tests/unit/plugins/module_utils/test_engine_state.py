@@ -43,3 +43,11 @@ def test_alive_while_starting_or_running(now):
 
 def test_a_main_pid_seen_only_later_is_not_a_change():
     assert service_gone(state(ActiveState="activating", SubState="start-pre", MainPID=0), RUNNING) is None
+
+
+def test_parse_show_reads_the_properties_asked_for():
+    from ansible_collections.hy3.fleet.plugins.module_utils.engine_state import UNIT_PROPERTIES, live_pid
+    text = "ActiveState=inactive\nMainPID=0\nLoadState=not-found\nUnitFileState=\nDescription=x\n"
+    assert parse_show(text, UNIT_PROPERTIES)["LoadState"] == "not-found"
+    assert "LoadState" not in parse_show(text) and "Description" not in parse_show(text, UNIT_PROPERTIES)
+    assert live_pid("/nonexistent/engine.pid") == 0
