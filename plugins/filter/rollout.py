@@ -16,8 +16,8 @@ __metaclass__ = type
 from ansible_collections.hy3.fleet.plugins.module_utils import rollout
 
 
-def rollout_plan(budget, status, desired):
-    return rollout.plan_host(budget, status, desired)
+def rollout_plan(budget, status, desired, headless=False):
+    return rollout.plan_host(budget, status, desired, headless)
 
 
 def rollout_fault(result, task, host):

@@ -195,7 +195,9 @@ def overhead_lines(ctx, state):
     engine = ctx["engine"]
     if engine.get("kv_cache_memory_bytes"):
         return {"total": 0}, OVERHEAD_EXPLICIT_KV, None
-    entry = calibration.lookup(engine.get("calibration_entries"), calibration_fields(ctx, state))
+    # A pipeline stage's overhead is not a whole engine's: the store's entries (keyed without the stages)
+    # never calibrate a node group.
+    entry = calibration.lookup(engine.get("calibration_entries"), calibration_fields(ctx, state)) if ctx["pp"] == 1 else None
     if entry:
         return {"calibrated": entry["overhead_bytes"], "total": entry["overhead_bytes"]}, OVERHEAD_CALIBRATED, entry
     if engine.get("runtime_overhead_gib") is not None:

@@ -61,11 +61,13 @@ def file_reasons(desired, current):
     return ["%s_changed" % item["name"] for item in desired if current.get(item["path"]) != item["checksum"]]
 
 
-def plan_host(budget, status, desired):
+def plan_host(budget, status, desired, headless=False):
     """The plan for one host: action, reasons (codes) and a sentence.
 
     budget: hy3.fleet.engine_budget's result; status: hy3.fleet.engine_status's; desired: the files the serve
-    role would write, each {name, path, checksum} (checksum: SHA-1 of the rendered content).
+    role would write, each {name, path, checksum} (checksum: SHA-1 of the rendered content). headless: a node
+    group's member other than the head, which runs the engine's workers and answers no HTTP (its group serves
+    through the head).
     """
     if not budget.get("fits"):
         return {"action": CANNOT_HOLD, "reasons": [budget.get("status") or "cannot_hold"],
@@ -74,7 +76,7 @@ def plan_host(budget, status, desired):
     engine = status.get("engine") or {}
     if not engine.get("running"):
         reasons.append("engine_stopped")
-    elif not (status.get("serving") or {}).get("healthy"):
+    elif not headless and not (status.get("serving") or {}).get("healthy"):
         reasons.append("engine_not_serving")
     if not reasons:
         return {"action": STEADY, "reasons": [], "sentence": "runs the config it would get, and serves"}
@@ -189,9 +191,42 @@ def report_row(host, hostvars, check_mode=False, stopped_by=None):
     }
 
 
+# When the members of a node group end differently (they should not), the group's row takes the worst.
+OUTCOME_SEVERITY = ("failed", "no_plan", "faulted", "cannot_hold", "not_rolled", "would_roll", "budgeted", "rolled",
+                    "steady")
+
+
 def report_rows(hosts, hostvars, check_mode=False, stopped_by=None):
-    """Rows for every host of the rollout, in inventory order."""
-    return [report_row(host, _get(hostvars, host, {}), check_mode, stopped_by) for host in hosts]
+    """Rows for every host of the rollout, in inventory order; a node group is one row, where its head is."""
+    rows = [report_row(host, _get(hostvars, host, {}), check_mode, stopped_by) for host in hosts]
+    return collapse_groups(rows, hosts, hostvars, merge_report_rows)
+
+
+def collapse_groups(rows, hosts, hostvars, merge):
+    """rows (one per host, in hosts' order) with each node group's members merged into one row by merge(rows)."""
+    by_group, order = {}, []
+    for host, row in zip(hosts, rows):
+        name = _get(_get(hostvars, host, {}), "hy3_node_group", "")
+        key = name or (None, host)
+        if key not in by_group:
+            by_group[key] = []
+            order.append(key)
+        by_group[key].append(row)
+    return [by_group[key][0] if isinstance(key, tuple) else merge(key, by_group[key]) for key in order]
+
+
+def _worst(rows, field="outcome", severity=OUTCOME_SEVERITY):
+    return min(rows, key=lambda row: severity.index(row[field]) if row[field] in severity else len(severity))
+
+
+def merge_report_rows(name, rows):
+    """One report row for node group name: the head's budget (the group's), GPUs summed over the members,
+    the worst outcome with its reason (prefixed by the member when it is not the head)."""
+    head, worst = rows[0], _worst(rows)
+    merged = dict(head, host=name, node_group=name, members=[row["host"] for row in rows],
+                  gpus=sum(row["gpus"] or 0 for row in rows), outcome=worst["outcome"])
+    merged["why"] = worst["why"] if worst is head or worst["why"] == head["why"] else "%s: %s" % (worst["host"], worst["why"])
+    return merged
 
 
 def tally(rows):
@@ -209,12 +244,13 @@ def run_failures(rows, check_mode=False):
     return ["%s: %s" % (row["host"], row["why"]) for row in rows if row["outcome"] in failing]
 
 
-def status_row(host, hostvars):
+def status_row(host, hostvars, headless=False):
     """One row of fleet_status.yml: the engine as it runs, beside the host's record, and the drift between them.
 
     drift codes: no_record, config_changed (vllm.yaml is not what the record says was deployed),
     max_model_len (the engine serves another one than recorded), driver_changed (the driver is not the one
-    the engine was started on), not_serving.
+    the engine was started on), not_serving (for a node group's member other than the head, which answers no
+    HTTP: not_running, its engine's process is gone).
     """
     status = _get(hostvars, "hy3_engine_status", {})
     record = _get(status, "record")
@@ -236,9 +272,12 @@ def status_row(host, hostvars):
                 drift.append("max_model_len")
             if gpus.get("driver_version") and gpus.get("driver_version") != record.get("driver_version"):
                 drift.append("driver_changed")
-        if not _get(serving, "healthy", False):
+        if headless:
+            if not _get(_get(status, "engine", {}), "running", False):
+                drift.append("not_running")
+        elif not _get(serving, "healthy", False):
             drift.append("not_serving")
-        state = "ok" if not drift else ("down" if "not_serving" in drift else "drift")
+        state = "ok" if not drift else ("down" if {"not_serving", "not_running"} & set(drift) else "drift")
     return {
         "host": host,
         "state": state,
@@ -257,6 +296,24 @@ def status_row(host, hostvars):
     }
 
 
+STATE_SEVERITY = ("unknown", "down", "drift", "ok")
+
+
 def status_rows(hosts, hostvars):
-    """fleet_status.yml's rows, in inventory order."""
-    return [status_row(host, _get(hostvars, host, {})) for host in hosts]
+    """fleet_status.yml's rows, in inventory order; a node group is one row."""
+    rows = []
+    for host in hosts:
+        own = _get(hostvars, host, {})
+        name = _get(own, "hy3_node_group", "")
+        headless = bool(name) and [h for h in hosts if _get(_get(hostvars, h, {}), "hy3_node_group", "") == name][0] != host
+        rows.append(status_row(host, own, headless))
+    return collapse_groups(rows, hosts, hostvars, merge_status_rows)
+
+
+def merge_status_rows(name, rows):
+    """One status row for node group name: the head's engine numbers, the worst state, every member's drift
+    (prefixed by the member when it is not the head)."""
+    head = rows[0]
+    drift = list(head["drift"]) + ["%s:%s" % (row["host"], code) for row in rows[1:] for code in row["drift"]]
+    return dict(head, host=name, node_group=name, members=[row["host"] for row in rows],
+                state=_worst(rows, "state", STATE_SEVERITY)["state"], drift=drift)

@@ -9,6 +9,7 @@ import os
 import re
 import socket
 import stat
+import subprocess
 
 import pytest
 import sample_checkpoints
@@ -262,3 +263,71 @@ def test_fleet_status_reads_the_engine_and_the_drift_from_its_record(host):
     assert status().returncode == 0
     row = json.loads((host["tmp"] / "report" / "fleet_status.json").read_text())[0]
     assert (row["state"], row["drift"]) == ("drift", ["config_changed"])
+
+
+# --- node groups (one engine across nodes): planned, rolled, rolled back and reported as one unit ---
+# node1 and node2 form group "pair" (node1 the head); the stand-in's headless member (vllm.entrypoints.cli)
+# holds its process like vLLM's workers and answers no HTTP.
+
+@pytest.fixture()
+def pair(host, three_hosts):
+    for name in ("node1", "node2"):
+        three_hosts[name].update(hy3_node_group="pair", ansible_host="127.0.0.1")
+    return three_hosts
+
+
+def test_a_node_group_rolls_as_one_unit_and_is_one_row(host, pair):
+    proc = deploy_many(host, pair, "-e", '{"hy3_roll_serial": [1]}')
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    groups_play = proc.stdout.split("PLAY [Roll the node groups that change, one group per wave]")[1].split("PLAY [")[0]
+    assert sorted(set(re.findall(r"^(?:ok|changed): \[(node\d)\]", groups_play, re.M))) == ["node1", "node2"]
+    head = yaml.safe_load((host["tmp"] / "node1" / "etc" / "vllm.yaml").read_text())
+    member = yaml.safe_load((host["tmp"] / "node2" / "etc" / "vllm.yaml").read_text())
+    assert {k: head[k] for k in ("pipeline-parallel-size", "nnodes", "node-rank", "master-addr", "master-port")} == {
+        "pipeline-parallel-size": 2, "nnodes": 2, "node-rank": 0, "master-addr": "127.0.0.1", "master-port": 29501}
+    assert member["node-rank"] == 1 and member["headless"] is True and "headless" not in head
+    assert {k: v for k, v in member.items() if k not in ("node-rank", "headless", "port")} == {
+        k: v for k, v in head.items() if k not in ("node-rank", "port")}   # the same model settings (local hosts: own ports)
+    assert "VLLM_HOST_IP=127.0.0.1" in (host["tmp"] / "node2" / "etc" / "engine.env").read_text()
+    assert "headless multiproc executor" in (host["tmp"] / "node2" / "log" / "engine.log").read_text()
+    rows = report_rows(host)
+    assert [(r["host"], r.get("members"), r["outcome"]) for r in rows] == [
+        ("node", None, "rolled"), ("pair", ["node1", "node2"], "rolled")]
+    assert (rows[1]["pipeline_parallel_size"], rows[1]["gpus"]) == (2, 2)
+    assert "| pair (node group: node1, node2) |" in proc.stdout
+    proc = deploy_many(host, pair)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert [(r["host"], r["outcome"]) for r in report_rows(host)] == [("node", "steady"), ("pair", "steady")]
+    assert re.search(r"^node2\s+: ok=\d+\s+changed=0 ", proc.stdout, re.M)
+
+
+def test_a_member_that_fails_puts_the_whole_group_back(host, pair):
+    assert deploy_many(host, pair).returncode == 0
+    head_pid = (host["tmp"] / "node1" / "run" / "engine.pid").read_text()
+    configs = [(host["tmp"] / n / "etc" / "vllm.yaml").read_text() for n in ("node1", "node2")]
+    pair["node2"]["hy3_serve_environment"] = BROKEN_ENV                 # the member's workers cannot start
+    pair["node1"]["hy3_max_num_seqs"] = pair["node2"]["hy3_max_num_seqs"] = 2
+    proc = deploy_many(host, pair)
+    assert proc.returncode != 0
+    msg = failure(proc.stdout)
+    assert "node group pair: member node2 failed: node2: the engine's workers of node group pair are not running" in msg, \
+        proc.stdout[-6000:]
+    assert "Rollback of the group (restored_serving)" in msg
+    assert [(host["tmp"] / n / "etc" / "vllm.yaml").read_text() for n in ("node1", "node2")] == configs
+    assert (host["tmp"] / "node1" / "run" / "engine.pid").read_text() != head_pid     # restarted as one unit
+    for name in ("node1", "node2"):                                     # every member runs the previous files
+        assert subprocess.run([str(host["tmp"] / name / "bin" / "engine.sh"), "status"]).returncode == 0, name
+    row = [r for r in report_rows(host) if r["host"] == "pair"][0]
+    assert row["outcome"] == "failed" and row["members"] == ["node1", "node2"]
+
+
+def test_members_that_disagree_fault_the_group_and_touch_nothing(host, pair):
+    gpus = host["tmp"] / "two-gpus.json"
+    gpus.write_text(json.dumps({"gpus": [{"name": "NVIDIA H200", "total_gib": 140, "used_gib": 1}] * 2}))
+    pair["node2"]["hy3_environment"] = dict(host["vars"]["hy3_environment"], HY3_FAKE_NVML_PROFILE=str(gpus))
+    proc = deploy_many(host, pair)
+    assert proc.returncode != 0
+    row = [r for r in report_rows(host) if r["host"] == "pair"][0]
+    assert row["outcome"] == "faulted", row
+    assert "member node2 has 2 x NVIDIA H200" in row["why"] and "the head node1 has 1 x NVIDIA H200" in row["why"]
+    assert not (host["tmp"] / "node1").exists() and not (host["tmp"] / "node2").exists()
