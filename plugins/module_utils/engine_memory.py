@@ -62,9 +62,12 @@ LEGACY_SAMPLER_SINCE = (0, 11, 0)
 # (public v0.10.1 logs show none at tp 2, v0.15 - v0.25 logs about 1.9 GiB).
 LAZY_NCCL_COUNTED_SINCE = (0, 11, 0)
 # Before this version the tensor-parallel fused-MoE path worked in chunks of VLLM_FUSED_MOE_CHUNK_SIZE
-# tokens (default 16K), so its workspace stopped growing there; 0.32 has no such chunking.
+# tokens (default 16K), so its workspace stopped growing there. vLLM PR #34086 ("Remove Chunking From
+# FusedMoE", merged 2026-02-08) removed the kernel-level chunking, first released in v0.18 (a public
+# v0.15.1 -> v0.20.0 write-up, kaitakuai/experiments 2026-05/qwen3-235b-vllm020-240k, measures the
+# full 65536-token MoE workspace on 0.20 and names the PR).
 FUSED_MOE_CHUNK_TOKENS = 16 * 1024
-FUSED_MOE_UNCHUNKED_SINCE = (0, 28, 0)
+FUSED_MOE_UNCHUNKED_SINCE = (0, 18, 0)
 # vLLM PR #38284 ("Enable CUDAGraph memory profiling by default", merged April 2026, in v0.20.0)
 # turned VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on by default (vllm/envs.py) and raised the default
 # gpu_memory_utilization to 0.92 in the same change; its log line says "default since v0.21.0", but
