@@ -174,12 +174,19 @@ def sampler_bytes(profile, tokens, rows, version=None, act_bytes=2):
     return int(tokens * profile["hidden_size"] * act_bytes + per_element * rows * profile["vocab_size"])
 
 
-def transient_peak_bytes(profile, tp, max_num_batched_tokens, max_num_seqs, version=None, act_bytes=2):
+def transient_peak_bytes(profile, tp, max_num_batched_tokens, max_num_seqs, version=None, act_bytes=2,
+                         sampler=True):
     """The profile run's torch peak above what stays allocated (vLLM's transient_peak_headroom):
-    the larger of the forward and the sampler phase, over max_num_seqs dummy requests."""
+    the larger of the forward and the sampler phase, over max_num_seqs dummy requests.
+
+    sampler False: a pipeline stage other than the last, whose profile run is the forward alone
+    (vllm/v1/worker/gpu_model_runner.py profile_run runs _dummy_sampler_run only when
+    get_pp_group().is_last_rank; the same in v0.10 - v0.32; a public v0.19.0 PP=2 log shows the torch
+    peak at 1.10 GiB on the first stage and 2.01 GiB on the last, same weights)."""
     rows = min(max_num_seqs, max_num_batched_tokens)
-    peak = max(forward_bytes(profile, tp, max_num_batched_tokens, act_bytes),
-               sampler_bytes(profile, max_num_batched_tokens, rows, version, act_bytes))
+    peak = forward_bytes(profile, tp, max_num_batched_tokens, act_bytes)
+    if sampler:
+        peak = max(peak, sampler_bytes(profile, max_num_batched_tokens, rows, version, act_bytes))
     return int(COPIES["transient"] * peak)
 
 
@@ -310,7 +317,8 @@ def overhead(profile, tp, settings):
     """Every per-rank term between the weights and the KV cache, in bytes, each on its own line.
 
     settings: version, max_num_batched_tokens, max_num_seqs, enforce_eager, cudagraph_counted,
-    expert_parallel, act_bytes (activation dtype size).
+    expert_parallel, act_bytes (activation dtype size), last_pp_stage (False for a pipeline stage
+    before the last: no sampler in its profile run).
     """
     act = settings.get("act_bytes") or 2
     graphs = 0
@@ -318,7 +326,8 @@ def overhead(profile, tp, settings):
         graphs = cudagraph_bytes(profile, tp, settings, act)
     lines = {
         "activation_peak": transient_peak_bytes(profile, tp, settings["max_num_batched_tokens"],
-                                                settings["max_num_seqs"], settings.get("version"), act),
+                                                settings["max_num_seqs"], settings.get("version"), act,
+                                                sampler=settings.get("last_pp_stage", True)),
         "moe_workspace": moe_workspace_bytes(profile, tp, settings, act),
         "non_torch": non_torch_bytes(profile, tp, settings),
         "cudagraph": graphs,
