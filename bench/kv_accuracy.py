@@ -229,6 +229,8 @@ def fit_features(case):
     """The unscaled physical terms of one case (bytes) and the overhead its engine really took."""
     result = predict(case, weights_from_log=True)
     table = result["budget_bytes"]
+    if table.get("stages"):
+        return None     # pipeline parallel: the printed line is one stage's, its overhead differs by stage
     if not (case.get("engine_reported") or {}).get("model_loading_gib") or table.get("overhead_source") != "model":
         return None
     measured = calibration.measure(engine_lines(case), table)
