@@ -52,8 +52,6 @@ def load_cases(folder):
 def unsupported(case):
     """Why the budget does not model this case (or None)."""
     settings = case.get("settings") or {}
-    if (settings.get("pipeline_parallel_size") or 1) > 1:
-        return "pipeline parallel"
     if (settings.get("data_parallel_size") or 1) > 1:
         return "data parallel"
     if settings.get("speculative"):
@@ -96,27 +94,53 @@ def engine_of(case, settings, entries=None):
     return engine
 
 
+def stage_weights_gib(case):
+    """One rank's weights of each pipeline stage as the engine printed them ("Model loading took" per
+    stage, or the per-stage "weights memory" of the profiling DEBUG line); None where a stage has none."""
+    reported = case.get("engine_reported") or {}
+    if reported.get("per_stage"):
+        return [s.get("model_loading_gib") for s in reported["per_stage"]]
+    if reported.get("per_rank_profile"):
+        return [r.get("weights_gib") for r in reported["per_rank_profile"]]
+    return None
+
+
+def stage_prints(case):
+    """(stage, 'Available KV cache memory' GiB) the engine printed under pipeline parallelism: each stage
+    sizes its own cache and logs it (v0.19 logs show only the first stage's line; a Ray run shows two)."""
+    reported = case.get("engine_reported") or {}
+    if reported.get("per_stage"):
+        return [(s["stage"], s["available_kv_cache_gib"]) for s in reported["per_stage"]
+                if s.get("available_kv_cache_gib") is not None]
+    if reported.get("available_kv_cache_gib") is not None:
+        return [(0, reported["available_kv_cache_gib"])]
+    return []
+
+
 def predict(case, entries=None, weights_from_log=False):
     settings = case["settings"]
     profile = model_profile(case["model"]["config"], source=case["id"])
     total = int(case["gpu"]["memory_gib"] * GIB)
     tp = settings.get("tensor_parallel_size") or 1
+    pp = settings.get("pipeline_parallel_size") or 1
     max_model_len = settings.get("max_model_len") or profile["max_position_embeddings"]
     profile = dict(profile, max_position_embeddings=max(profile["max_position_embeddings"], max_model_len))
     tier = tier_of(profile, settings)
-    if weights_from_log and (case.get("engine_reported") or {}).get("model_loading_gib"):
+    if weights_from_log and pp > 1 and stage_weights_gib(case):
+        tier["weight_bytes_per_stage"] = [int(w * GIB) if w else None for w in stage_weights_gib(case)]
+    elif weights_from_log and (case.get("engine_reported") or {}).get("model_loading_gib"):
         tier["weight_bytes_per_rank"] = int(case["engine_reported"]["model_loading_gib"] * GIB)
     # The engine's own max_num_seqs when the log does not say; never retreat: this is a prediction.
     seqs = settings.get("max_num_seqs") or engine_memory.engine_defaults(
         case.get("engine_version"), case["gpu"].get("name"), total)["max_num_seqs"]
     result = budget.plan(
-        profile, [tier], [{"index": i, "total": total, "free": total} for i in range(tp)],
+        profile, [tier], [{"index": i, "total": total, "free": total} for i in range(tp * pp)],
         gpu_memory_utilization=settings.get("gpu_memory_utilization"),
         kv_cache_dtype=settings.get("kv_cache_dtype") or "auto",
         max_model_len=max_model_len, min_max_model_len=max_model_len,
         max_num_seqs=seqs, min_max_num_seqs=seqs,
-        tensor_parallel_size=tp, block_size=settings.get("block_size") or 16,
-        engine=engine_of(case, settings, entries))
+        tensor_parallel_size=tp, block_size=settings.get("block_size") or 16, pipeline_parallel_size=pp,
+        nodes_needed_up_to=0, engine=engine_of(case, settings, entries))
     return result
 
 
@@ -146,6 +170,12 @@ def score(case, result):
     row = {"id": case["id"], "predicted_gib": round(predicted_gib, 2), "engine_gib": engine_gib,
            "predicted_tokens": table.get("kv_cache_tokens"), "engine_tokens": reported.get("gpu_kv_cache_tokens"),
            "predicted_starts": bool(result.get("starts")), "engine_started": case.get("outcome", STARTED) == STARTED}
+    if table.get("stages"):
+        # Pipeline parallel: each printed stage against that stage's prediction, the worst one scored.
+        pairs = [(table["stages"][stage]["kv_available"] / GIB, printed) for stage, printed in stage_prints(case)]
+        if pairs:
+            predicted_gib, engine_gib = max(pairs, key=lambda pair: abs(pair[0] - pair[1]))
+            row.update(predicted_gib=round(predicted_gib, 2), engine_gib=engine_gib)
     if engine_gib is not None:
         error = predicted_gib - engine_gib
         row["error_gib"] = round(error, 2)
@@ -199,6 +229,8 @@ def fit_features(case):
     """The unscaled physical terms of one case (bytes) and the overhead its engine really took."""
     result = predict(case, weights_from_log=True)
     table = result["budget_bytes"]
+    if table.get("stages"):
+        return None     # pipeline parallel: the printed line is one stage's, its overhead differs by stage
     if not (case.get("engine_reported") or {}).get("model_loading_gib") or table.get("overhead_source") != "model":
         return None
     measured = calibration.measure(engine_lines(case), table)

@@ -189,9 +189,10 @@ def calibration_fields(ctx, state):
     }
 
 
-def overhead_lines(ctx, state):
+def overhead_lines(ctx, state, last_stage=True):
     """The per-rank terms between the weights and the KV cache, where they came from, and the
-    calibration entry used (or None)."""
+    calibration entry used (or None). last_stage False: a pipeline stage before the last, which
+    runs no sampler in the profile run."""
     engine = ctx["engine"]
     if engine.get("kv_cache_memory_bytes"):
         return {"total": 0}, OVERHEAD_EXPLICIT_KV, None
@@ -203,22 +204,29 @@ def overhead_lines(ctx, state):
     if engine.get("runtime_overhead_gib") is not None:
         flat = int(engine["runtime_overhead_gib"] * GIB)
         return {"runtime_overhead": flat, "total": flat}, OVERHEAD_OVERRIDE, None
-    settings = dict(engine, max_num_seqs=state["max_num_seqs"])
+    settings = dict(engine, max_num_seqs=state["max_num_seqs"], last_pp_stage=last_stage)
     return engine_memory.overhead(ctx["profile"], ctx["tp"], settings), OVERHEAD_MODEL, None
 
 
 def evaluate(state, ctx):
     """Budget table for one (tier, max_model_len, max_num_seqs) state, all in bytes. Under pipeline
-    parallelism, the table of the tightest stage (vLLM sizes every stage's cache to the smallest)."""
-    overhead = overhead_lines(ctx, state)       # the same on every stage
+    parallelism, the table of the tightest stage (vLLM sizes every stage's cache to the smallest:
+    vllm/v1/core/kv_cache_utils.py get_kv_cache_configs gives every worker the smallest num_blocks),
+    with each stage's own weights, layers and profile run (the sampler runs on the last stage only),
+    and ``stages``: per stage its layers, weights, overhead, KV bytes and blocks."""
     if ctx.get("pp", 1) == 1:
-        return evaluate_stage(state, ctx, None, overhead)
-    tables = [evaluate_stage(state, ctx, share, overhead)
-              for share in stage_shares(ctx["profile"], ctx["pp"], ctx["load_mtp"])]
+        return evaluate_stage(state, ctx, None, overhead_lines(ctx, state))
+    last = overhead_lines(ctx, state)
+    inner = overhead_lines(ctx, state, last_stage=False) if last[1] == OVERHEAD_MODEL else last
+    shares = stage_shares(ctx["profile"], ctx["pp"], ctx["load_mtp"])
+    tables = [evaluate_stage(state, ctx, share, last if share["last"] else inner) for share in shares]
     tightest = min(tables, key=lambda table: (table["kv_cache_blocks"], table["headroom"]))
+    stages = [{"stage": share["stage"], "layers": share["layers"], "weights": t["weights"], "overhead": t["overhead"],
+               "kv_available": t["kv_available"], "kv_cache_blocks": t["kv_cache_blocks"]}
+              for share, t in zip(shares, tables)]
     return dict(tightest, kv_cache_tokens=min(t["kv_cache_tokens"] for t in tables),
                 max_concurrency=min(t["max_concurrency"] for t in tables), starts=all(t["starts"] for t in tables),
-                headroom=min(t["headroom"] for t in tables))
+                headroom=min(t["headroom"] for t in tables), stages=stages)
 
 
 def evaluate_stage(state, ctx, share, overhead):
@@ -231,7 +239,11 @@ def evaluate_stage(state, ctx, share, overhead):
         measured = tier["measured_bytes"] // tp
     if share:
         nominal, fraction = stage_weight_bytes(profile, tier["bits"], tp, share, ctx["load_mtp"])
-        measured = int(measured * fraction) if measured else measured
+        per_stage = tier.get("weight_bytes_per_stage")     # one rank of each stage, as loaded
+        if per_stage and len(per_stage) == ctx["pp"] and per_stage[share["stage"]]:
+            measured = int(per_stage[share["stage"]])
+        else:
+            measured = int(measured * fraction) if measured else measured
         profile = dict(profile, num_hidden_layers=share["layers"], layer_types=share["layer_types"])
     else:
         nominal = nominal_weight_bytes_per_rank(profile, tier["bits"], tp, ctx["load_mtp"])
@@ -281,10 +293,15 @@ def _fits(table):
     return table["starts"] and table["headroom"] >= 0
 
 
+STAGE_BYTES = ("weights", "overhead", "kv_available")
+
+
 def table_in_gib(table):
     out = {}
     for key, value in table.items():
-        if key in NOT_BYTES:
+        if key == "stages":
+            out[key] = [dict(stage, **{k: gib(stage[k]) for k in STAGE_BYTES}) for stage in value]
+        elif key in NOT_BYTES:
             out[key] = value
         else:
             out[key] = gib(value) if value is not None else None

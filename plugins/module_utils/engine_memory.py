@@ -62,9 +62,12 @@ LEGACY_SAMPLER_SINCE = (0, 11, 0)
 # (public v0.10.1 logs show none at tp 2, v0.15 - v0.25 logs about 1.9 GiB).
 LAZY_NCCL_COUNTED_SINCE = (0, 11, 0)
 # Before this version the tensor-parallel fused-MoE path worked in chunks of VLLM_FUSED_MOE_CHUNK_SIZE
-# tokens (default 16K), so its workspace stopped growing there; 0.32 has no such chunking.
+# tokens (default 16K), so its workspace stopped growing there. vLLM PR #34086 ("Remove Chunking From
+# FusedMoE", merged 2026-02-08) removed the kernel-level chunking, first released in v0.18 (a public
+# v0.15.1 -> v0.20.0 write-up, kaitakuai/experiments 2026-05/qwen3-235b-vllm020-240k, measures the
+# full 65536-token MoE workspace on 0.20 and names the PR).
 FUSED_MOE_CHUNK_TOKENS = 16 * 1024
-FUSED_MOE_UNCHUNKED_SINCE = (0, 28, 0)
+FUSED_MOE_UNCHUNKED_SINCE = (0, 18, 0)
 # vLLM PR #38284 ("Enable CUDAGraph memory profiling by default", merged April 2026, in v0.20.0)
 # turned VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on by default (vllm/envs.py) and raised the default
 # gpu_memory_utilization to 0.92 in the same change; its log line says "default since v0.21.0", but
@@ -171,12 +174,19 @@ def sampler_bytes(profile, tokens, rows, version=None, act_bytes=2):
     return int(tokens * profile["hidden_size"] * act_bytes + per_element * rows * profile["vocab_size"])
 
 
-def transient_peak_bytes(profile, tp, max_num_batched_tokens, max_num_seqs, version=None, act_bytes=2):
+def transient_peak_bytes(profile, tp, max_num_batched_tokens, max_num_seqs, version=None, act_bytes=2,
+                         sampler=True):
     """The profile run's torch peak above what stays allocated (vLLM's transient_peak_headroom):
-    the larger of the forward and the sampler phase, over max_num_seqs dummy requests."""
+    the larger of the forward and the sampler phase, over max_num_seqs dummy requests.
+
+    sampler False: a pipeline stage other than the last, whose profile run is the forward alone
+    (vllm/v1/worker/gpu_model_runner.py profile_run runs _dummy_sampler_run only when
+    get_pp_group().is_last_rank; the same in v0.10 - v0.32; a public v0.19.0 PP=2 log shows the torch
+    peak at 1.10 GiB on the first stage and 2.01 GiB on the last, same weights)."""
     rows = min(max_num_seqs, max_num_batched_tokens)
-    peak = max(forward_bytes(profile, tp, max_num_batched_tokens, act_bytes),
-               sampler_bytes(profile, max_num_batched_tokens, rows, version, act_bytes))
+    peak = forward_bytes(profile, tp, max_num_batched_tokens, act_bytes)
+    if sampler:
+        peak = max(peak, sampler_bytes(profile, max_num_batched_tokens, rows, version, act_bytes))
     return int(COPIES["transient"] * peak)
 
 
@@ -307,7 +317,8 @@ def overhead(profile, tp, settings):
     """Every per-rank term between the weights and the KV cache, in bytes, each on its own line.
 
     settings: version, max_num_batched_tokens, max_num_seqs, enforce_eager, cudagraph_counted,
-    expert_parallel, act_bytes (activation dtype size).
+    expert_parallel, act_bytes (activation dtype size), last_pp_stage (False for a pipeline stage
+    before the last: no sampler in its profile run).
     """
     act = settings.get("act_bytes") or 2
     graphs = 0
@@ -315,7 +326,8 @@ def overhead(profile, tp, settings):
         graphs = cudagraph_bytes(profile, tp, settings, act)
     lines = {
         "activation_peak": transient_peak_bytes(profile, tp, settings["max_num_batched_tokens"],
-                                                settings["max_num_seqs"], settings.get("version"), act),
+                                                settings["max_num_seqs"], settings.get("version"), act,
+                                                sampler=settings.get("last_pp_stage", True)),
         "moe_workspace": moe_workspace_bytes(profile, tp, settings, act),
         "non_torch": non_torch_bytes(profile, tp, settings),
         "cudagraph": graphs,

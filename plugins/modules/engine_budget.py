@@ -332,6 +332,9 @@ budget_gib:
     - Also overhead_source (V(model), V(calibrated), V(override), V(explicit_kv)), calibrated_by (host and time
       of the measurement used, or null), kv_bytes_per_token, kv_cache_tokens, kv_cache_blocks,
       max_concurrency and starts.
+    - Under pipeline parallelism (O(pipeline_parallel_size) > 1) the lines are the tightest stage's, and
+      C(stages) lists every stage with stage, layers, weights, overhead (the last stage's profile run adds the
+      sampler), kv_available and kv_cache_blocks.
   returned: always
   type: dict
 budget_bytes:

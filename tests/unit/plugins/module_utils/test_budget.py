@@ -441,3 +441,31 @@ def test_triton_experts_keep_no_fixed_workspace():
     # the per-batch workspace is there either way
     assert engine_memory.moe_workspace_bytes(fp8, 8, dict(settings, moe_backend="triton")) == \
         engine_memory.moe_workspace_bytes(fp8, 8, settings) > 0
+
+
+def test_only_the_last_stage_profiles_the_sampler():
+    # vLLM's profile_run runs the dummy sampler on the last pipeline rank only: with 1024 rows of a
+    # 128256-entry vocabulary the sampler (13.5 B an element: 1.65 GiB) outweighs the forward of 8192
+    # tokens, so only the last stage carries it.
+    profile = dict(TINY, vocab_size=128256, hidden_size=4096, num_attention_heads=32, num_key_value_heads=8,
+                   head_dim=128, intermediate_size=14336, num_hidden_layers=32)
+    settings = {"version": "0.19.0", "max_num_batched_tokens": 8192, "max_num_seqs": 1024}
+    inner = engine_memory.transient_peak_bytes(profile, 1, 8192, 1024, "0.19.0", sampler=False)
+    last = engine_memory.transient_peak_bytes(profile, 1, 8192, 1024, "0.19.0")
+    sampler = engine_memory.sampler_bytes(profile, 8192, 1024, "0.19.0")
+    assert sampler == 8192 * 4096 * 2 + int(13.5 * 1024 * 128256)
+    assert inner == int(engine_memory.COPIES["transient"] * engine_memory.forward_bytes(profile, 1, 8192))
+    assert last == int(engine_memory.COPIES["transient"] * sampler) > inner
+    assert engine_memory.overhead(profile, 1, dict(settings, last_pp_stage=False))["activation_peak"] == inner
+
+
+def test_pipeline_stages_are_listed_and_the_smallest_cache_is_kept():
+    profile = hy3_profile()
+    tiers = [{"name": "bf16", "present": True, "weight_bytes_per_stage": [70 * GIB, 68 * GIB]}]
+    r = budget.plan(profile, tiers, gpus_of(16, 140, 140), max_model_len=4096, max_num_seqs=1024,
+                    pipeline_parallel_size=2, engine={"version": "0.19.0", "max_num_batched_tokens": 2048})
+    stages = r["budget_bytes"]["stages"]
+    assert [s["weights"] for s in stages] == [70 * GIB, 68 * GIB]          # as loaded, per stage
+    assert stages[1]["overhead"] > stages[0]["overhead"]                   # the sampler on the last
+    assert r["budget_bytes"]["kv_cache_blocks"] == min(s["kv_cache_blocks"] for s in stages)
+    assert r["budget_gib"]["stages"][0]["weights"] == 70.0
