@@ -77,7 +77,7 @@ def group_info(host, hostvars, inventory_hosts, play_hosts):
             raise GroupError("node group %s: member %s has address %r, not an IP address; set hy3_node_address to its "
                              "IP on the network the group's nodes share (vLLM binds VLLM_HOST_IP)" % (name, member, address))
         addresses[member] = str(address)
-    ports = set(int(_get(_get(hostvars, m, {}), "hy3_node_group_port", DEFAULT_MASTER_PORT)) for m in members)
+    ports = {int(_get(_get(hostvars, m, {}), "hy3_node_group_port", DEFAULT_MASTER_PORT)) for m in members}
     if len(ports) > 1:
         raise GroupError("node group %s: members set different hy3_node_group_port values (%s); set it once for the "
                          "group" % (name, ", ".join(str(p) for p in sorted(ports))))
@@ -136,7 +136,7 @@ def group_plan(info, hostvars):
     Each member's own plan (hy3_plan) and budget (hy3_budget) are read from hostvars.
     """
     name, head = info["name"], info["head"]
-    plans = dict((m, _get(_get(hostvars, m, {}), "hy3_plan")) for m in info["members"])
+    plans = {m: _get(_get(hostvars, m, {}), "hy3_plan") for m in info["members"]}
     unplanned = [m for m, plan in plans.items() if not plan]
     if unplanned:
         return _group_fault(name, "member_unplanned", "member %s was not planned (unreachable, or failed before its "
