@@ -33,6 +33,10 @@ def node_group_gpus(info, hostvars):
     return _checked(groups.group_gpus, info, hostvars)
 
 
+def node_group_gpu_problem(info, hostvars):
+    return groups.gpu_problem(info, hostvars)
+
+
 def node_group_plan(info, hostvars):
     return groups.group_plan(info, hostvars)
 
@@ -56,6 +60,7 @@ class FilterModule(object):
         return {
             "node_group": node_group,
             "node_group_gpus": node_group_gpus,
+            "node_group_gpu_problem": node_group_gpu_problem,
             "node_group_plan": node_group_plan,
             "node_group_waves": node_group_waves,
             "node_group_wave_problem": node_group_wave_problem,

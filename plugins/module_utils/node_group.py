@@ -123,6 +123,15 @@ def group_gpus(info, hostvars):
     return devices
 
 
+def gpu_problem(info, hostvars):
+    """group_gpus's complaint as a sentence, or None when the members can form one engine."""
+    try:
+        group_gpus(info, hostvars)
+    except GroupError as error:
+        return str(error)
+    return None
+
+
 def weights_signature(budget):
     """What a member's checkpoint holds, per tier: status, shard count and bytes (members must agree)."""
     return [(_get(d, "quantization"), _get(d, "status"), _get(d, "files"), _get(d, "measured_bytes"))
@@ -143,8 +152,8 @@ def group_plan(info, hostvars):
                             "plan)" % ", ".join(unplanned))
     faulted = [m for m in info["members"] if plans[m].get("action") == "faulted"]
     if faulted:
-        return _group_fault(name, "member_faulted", "; ".join(
-            "member %s faulted: %s" % (m, plans[m].get("sentence")) for m in faulted))
+        return _group_fault(name, "member_faulted", "; ".join(_unique(
+            _fault_cause(name, m, plans[m].get("sentence") or "") for m in faulted)))
     head_weights = weights_signature(_get(_get(hostvars, head, {}), "hy3_budget", {}))
     for member in info["members"][1:]:
         if weights_signature(_get(_get(hostvars, member, {}), "hy3_budget", {})) != head_weights:
@@ -162,6 +171,22 @@ def group_plan(info, hostvars):
     return {"action": "roll", "reasons": reasons, "group": name,
             "sentence": "to roll: node group %s as one unit (%s)" % (
                 name, "; ".join("%s: %s" % (m, plans[m].get("sentence", "")[len("to roll: "):]) for m in rolling))}
+
+
+def _fault_cause(name, member, sentence):
+    """A member's fault as the group's sentence says it: a complaint about the group (every member raises the
+    same one) once and as it is, any other cause after the member's name."""
+    cause = sentence[len(member) + 2:] if sentence.startswith(member + ": ") else sentence
+    prefix = "node group %s: " % name
+    return cause[len(prefix):] if cause.startswith(prefix) else "member %s faulted: %s" % (member, cause)
+
+
+def _unique(items):
+    seen = []
+    for item in items:
+        if item not in seen:
+            seen.append(item)
+    return seen
 
 
 def _describe_weights(hostvars, member):

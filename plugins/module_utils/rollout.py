@@ -192,7 +192,7 @@ def report_row(host, hostvars, check_mode=False, stopped_by=None):
 
 
 # When the members of a node group end differently (they should not), the group's row takes the worst.
-OUTCOME_SEVERITY = ("failed", "no_plan", "faulted", "cannot_hold", "not_rolled", "would_roll", "budgeted", "rolled",
+OUTCOME_SEVERITY = ("failed", "faulted", "no_plan", "cannot_hold", "not_rolled", "would_roll", "budgeted", "rolled",
                     "steady")
 
 

@@ -316,7 +316,7 @@ def test_a_member_that_fails_puts_the_whole_group_back(host, pair):
     assert [(host["tmp"] / n / "etc" / "vllm.yaml").read_text() for n in ("node1", "node2")] == configs
     assert (host["tmp"] / "node1" / "run" / "engine.pid").read_text() != head_pid     # restarted as one unit
     for name in ("node1", "node2"):                                     # every member runs the previous files
-        assert subprocess.run([str(host["tmp"] / name / "bin" / "engine.sh"), "status"]).returncode == 0, name
+        assert subprocess.run([str(host["tmp"] / name / "bin" / "engine.sh"), "status"], check=False).returncode == 0, name
     row = [r for r in report_rows(host) if r["host"] == "pair"][0]
     assert row["outcome"] == "failed" and row["members"] == ["node1", "node2"]
 

@@ -68,6 +68,14 @@ def test_the_group_budgets_every_gpu_head_first():
     assert [d["memory_free"] >> 30 for d in devices] == [70, 70, 60, 60]
 
 
+def test_the_gpu_problem_is_a_sentence_or_none():
+    values = with_facts(hostvars(), b1=gpus(), b2=gpus())
+    info = node_group.group_info("b1", values, INVENTORY, INVENTORY)
+    assert node_group.gpu_problem(info, values) is None
+    values = with_facts(values, b2=gpus(count=1))
+    assert node_group.gpu_problem(info, values).startswith("node group b: member b2 has 1 x NVIDIA H100 80GB HBM3")
+
+
 @pytest.mark.parametrize("b2_gpus, words", [
     (None, ["member b2 has no GPU facts"]),
     (gpus(count=4), ["member b2 has 4 x NVIDIA H100 80GB HBM3, driver 550.54.15", "the head b1 has 2 x"]),
@@ -113,7 +121,14 @@ def test_one_member_that_differs_rolls_the_whole_group():
 def test_one_member_that_faulted_faults_the_group_and_nothing_is_touched():
     plan = planned(STEADY, {"action": "faulted", "reasons": ["unreachable"], "sentence": "b2: ssh: connect timed out"})
     assert (plan["action"], plan["reasons"]) == ("faulted", ["member_faulted"])
-    assert plan["sentence"] == "node group b: member b2 faulted: b2: ssh: connect timed out; no member is touched"
+    assert plan["sentence"] == "node group b: member b2 faulted: ssh: connect timed out; no member is touched"
+
+
+def test_a_complaint_about_the_group_that_every_member_raised_is_said_once():
+    complaint = "node group b: member b2 has 2 x NVIDIA H200, driver 1, the head b1 has 1 x NVIDIA H200, driver 1"
+    plan = planned({"action": "faulted", "reasons": ["failed"], "sentence": "b1: " + complaint},
+                   {"action": "faulted", "reasons": ["failed"], "sentence": "b2: " + complaint})
+    assert plan["sentence"] == complaint + "; no member is touched"
 
 
 def test_a_member_without_a_plan_faults_the_group():
