@@ -153,6 +153,12 @@ def test_a_second_run_is_steady(group, deployed):
     assert [(r["host"], r["outcome"]) for r in rows(group)] == [(GROUP, "steady")]
     assert all(recap(proc.stdout)[h]["changed"] == 0 for h in MEMBERS), proc.stdout[-3000:]
     assert {h: unit(group, h)["MainPID"] for h in MEMBERS} == pids
+    proc = run("ansible-playbook", "playbooks/fleet_status.yml", "-i", group["fleet"].inventory_path,
+               "-i", str(group["base"] / "steady.yml"), "--limit", ",".join(MEMBERS),
+               "-e", "hy3_report_dir=%s" % (group["base"] / "report"), timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    status = json.loads((group["base"] / "report" / "fleet_status.json").read_text())
+    assert [(r["host"], r["members"], r["state"], r["drift"]) for r in status] == [(GROUP, list(MEMBERS), "ok", [])]
 
 
 def test_members_that_disagree_fault_the_group(group, deployed):
