@@ -72,6 +72,12 @@ FUSED_MOE_UNCHUNKED_SINCE = (0, 18, 0)
 # turned VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on by default (vllm/envs.py) and raised the default
 # gpu_memory_utilization to 0.92 in the same change; its log line says "default since v0.21.0", but
 # v0.20.0 write-ups list the reserve as "(#38284, default-on)" and v0.19.0 logs still print the opt-in hint.
+# v0.19.0 runs the graph probe and prints "Estimated CUDA graph memory", but without the env var its
+# determine_available_memory returns requested - non_kv_cache_memory: 46 single-stage v0.19.0 DEBUG logs in
+# bench/kv_corpus (llm-d-planner accuracy sweep, dense and MoE, TP 1 - 4) show "Available KV cache memory"
+# equal to "Desired ... (util, X GiB)" minus "Total non KV cache memory" to 0.01 GiB while printing
+# 0.5 - 1.9 GiB estimates (tests/unit/bench/test_kv_corpus.py). A write-up that blames a 0.19 KV shrink on
+# the graph estimate is not evidence that 0.19 deducts it.
 CUDAGRAPH_COUNTED_SINCE = (0, 20, 0)
 # vLLM gives >= 160 GiB cards (B200, B300) the largest batch defaults from this version on.
 LARGEST_BATCH_TIER_SINCE = (0, 28, 0)

@@ -40,3 +40,29 @@ def test_hy3_engines_are_predicted_within_ten_percent(case):
     result = kv_accuracy.predict(case, weights_from_log=True)
     engine_tokens = case["engine_reported"]["gpu_kv_cache_tokens"]
     assert abs(result["kv_cache_tokens"] - engine_tokens) <= 0.10 * engine_tokens
+
+
+def _printed(case, pattern):
+    import re
+    found = re.search(pattern, case.get("log_excerpt") or "")
+    return float(found.group(1)) if found else None
+
+
+V0190_DEBUG = [c for c in CASES if str(c.get("engine_version")) == "0.19.0"
+               and (c["settings"].get("pipeline_parallel_size") or 1) == 1
+               and _printed(c, r"Estimated CUDA graph memory: ([\d.]+) GiB")
+               and _printed(c, r"Total non KV cache memory: ([\d.]+)GiB")]
+
+
+def test_v0190_prints_the_graph_estimate_but_does_not_deduct_it():
+    """vLLM 0.19.0 (gpu_worker.determine_available_memory): available = requested - non-KV memory, the
+    CUDA-graph estimate subtracted only with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1, default off until
+    pull request 38284 (v0.20.0). Every single-stage 0.19.0 DEBUG log in the corpus shows it to 0.01 GiB."""
+    assert len(V0190_DEBUG) >= 20
+    for case in V0190_DEBUG:
+        requested = _printed(case, r"Desired GPU memory utilization is \([\d.]+, ([\d.]+) GiB\)")
+        non_kv = _printed(case, r"Total non KV cache memory: ([\d.]+)GiB")
+        available = case["engine_reported"]["available_kv_cache_gib"]
+        assert abs(requested - non_kv - available) <= 0.015, case["id"]
+        assert not kv_accuracy.engine_memory.engine_defaults("0.19.0", case["gpu"]["name"],
+                                                             int(case["gpu"]["memory_gib"] * kv_accuracy.GIB))["cudagraph_counted"]
