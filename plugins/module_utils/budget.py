@@ -506,16 +506,45 @@ def plan(profile, tiers, gpus, gpu_memory_utilization=None, kv_cache_dtype="auto
                 kv_cache_dtype=kv_cache_dtype, max_model_len=max_model_len, min_max_model_len=min_max_model_len,
                 max_num_seqs=max_num_seqs, min_max_num_seqs=min_max_num_seqs, tensor_parallel_size=tp,
                 block_size=block_size, max_model_len_multiple=max_model_len_multiple, load_mtp=load_mtp,
-                engine=engine, pipeline_parallel_size=nodes, nodes_needed_up_to=0))
+                engine=engine, pipeline_parallel_size=nodes, nodes_needed_up_to=0),
+                hopeless=lambda nodes: weights_overflow(ctx, present, nodes))
         return result
     return _fitted(result, state, table)
 
 
-def add_nodes_needed(result, up_to, plan_for):
+def weights_overflow(ctx, tiers, pp):
+    """True when, split into pp stages, every tier leaves some stage's rank with weights no smaller than what
+    the engine asks for (less the lowest calibrated overhead, when one is below zero): no setting of such a
+    group starts, so nodes_needed need not budget it. A cheap lower bound; the answer is the same."""
+    engine = ctx["engine"]
+    if engine.get("kv_cache_memory_bytes"):
+        return False                    # a KV cache sized by hand does not shrink with the weights' room
+    overheads = [e.get("overhead_bytes") for e in (engine.get("calibration_entries") or {}).values()
+                 if isinstance(e, dict) and isinstance(e.get("overhead_bytes"), int)]
+    room = ctx["engine_bytes"] - min([0] + overheads)
+    shares = stage_shares(ctx["profile"], pp, ctx["load_mtp"])
+    for tier in tiers:                  # as evaluate_stage weighs one stage's rank
+        measured = tier.get("weight_bytes_per_rank")
+        if measured is None and tier.get("measured_bytes"):
+            measured = tier["measured_bytes"] // ctx["tp"]
+        heaviest = 0
+        for share in shares:
+            nominal, fraction = stage_weight_bytes(ctx["profile"], tier["bits"], ctx["tp"], share, ctx["load_mtp"])
+            stage = int(measured * fraction) if measured else measured
+            heaviest = max(heaviest, stage if stage else nominal)
+        if heaviest < room:
+            return False
+    return True
+
+
+def add_nodes_needed(result, up_to, plan_for, hopeless=None):
     """For a host that cannot hold the model: the fewest such hosts, one pipeline stage each, that would
-    (result["nodes_needed"], None when not even up_to would), and the plan they would get."""
+    (result["nodes_needed"], None when not even up_to would), and the plan they would get. hopeless(nodes),
+    when given, says a group of that many cannot hold it without budgeting the group."""
     result["nodes_needed"] = None
     for nodes in range(2, up_to + 1):
+        if hopeless and hopeless(nodes):
+            continue
         try:
             group = plan_for(nodes)
         except BudgetInputError:

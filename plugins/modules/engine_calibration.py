@@ -21,7 +21,9 @@ description:
     setting with exactly its key; with O(state=record) it adds the measurement of one host (what
     M(hy3.fleet.engine_log_triage) read from its engine's log) and the budget that host got.
   - An absent store is empty; a corrupt one fails naming the file and is never reset.
-  - "Run it on the controller (C(delegate_to: localhost); C(run_once) for reading)."
+  - "Run it on the controller (C(delegate_to: localhost); C(run_once) for reading). There, with the local
+    connection and no become, an action plugin reads or records the store in Ansible's own process, with no
+    module sent; elsewhere the module runs as any other."
 author:
   - hy3.fleet maintainers (@hy3-fleet)
 seealso:
@@ -125,12 +127,14 @@ ARGUMENT_SPEC = dict(
 )
 
 
-def record(module, store):
-    params = module.params
+REQUIRED_IF = [("state", "record", ("key", "engine", "budget"))]
+
+
+def record(params, store, check_mode):
     measurement = calibration.measure(params["engine"], params["budget"])
     updated, changed = calibration.record_entry(store, params["key"], measurement, params["host"],
                                                 params["measured_at"])
-    if changed and not module.check_mode:
+    if changed and not check_mode:
         calibration.save_store(params["path"], updated)
     status = "recorded" if changed else ("unchanged" if measurement["status"] == calibration.MEASURED
                                          else measurement["status"])
@@ -138,15 +142,18 @@ def record(module, store):
                 measurement=measurement, status=status)
 
 
+def store_result(params, check_mode):
+    """The result for validated params; raises calibration.CalibrationError (the action plugin shares it)."""
+    store = calibration.load_store(params["path"])
+    if params["state"] == "record":
+        return record(params, store, check_mode)
+    return dict(changed=False, entries=store["entries"], count=len(store["entries"]), status="read")
+
+
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
-                           required_if=[("state", "record", ("key", "engine", "budget"))])
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, required_if=REQUIRED_IF)
     try:
-        store = calibration.load_store(module.params["path"])
-        if module.params["state"] == "record":
-            result = record(module, store)
-        else:
-            result = dict(changed=False, entries=store["entries"], count=len(store["entries"]), status="read")
+        result = store_result(module.params, module.check_mode)
     except calibration.CalibrationError as err:
         module.fail_json(msg="engine_calibration: %s" % err, status="bad_store", entries={}, count=0)
     module.exit_json(**result)

@@ -54,7 +54,7 @@ def test_nothing_changed_on_the_hosts(report):
 def test_module_and_role_docs_render():
     for module in ("hy3.fleet.nvml_facts", "hy3.fleet.engine_budget", "hy3.fleet.engine_log_triage",
                    "hy3.fleet.engine_calibration", "hy3.fleet.engine_info", "hy3.fleet.engine_status",
-                   "hy3.fleet.engine_idle_wait"):
+                   "hy3.fleet.engine_idle_wait", "hy3.fleet.report_files"):
         proc = run("ansible-doc", module)
         assert proc.returncode == 0 and "EXAMPLES" in proc.stdout and "RETURN VALUES" in proc.stdout, proc.stdout
     for role, var in (("budget", "hy3_tiers"), ("serve", "hy3_serve_user"), ("verify", "hy3_verify_timeout"),

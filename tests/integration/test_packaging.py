@@ -30,7 +30,7 @@ def test_build_install_and_doc_every_module(tmp_path):
     assert (installed / "plugins" / "module_utils" / "budget.py").is_file()
     assert not (installed / ".venv").exists()
     assert MODULES == ["engine_budget", "engine_calibration", "engine_idle_wait", "engine_info", "engine_log_triage",
-                       "engine_status", "nvml_facts"]
+                       "engine_status", "nvml_facts", "report_files"]
     for module in MODULES:
         proc = cli(tmp_path, "ansible-doc", "hy3.fleet." + module, env=env)
         assert proc.returncode == 0 and "RETURN VALUES" in proc.stdout, proc.stdout

@@ -401,6 +401,33 @@ def test_a_host_that_cannot_hold_the_model_says_how_many_such_hosts_would():
     assert tiny["nodes_needed"] is None and tiny["reason"].endswith("not even 4 such nodes would hold it")
 
 
+@pytest.mark.parametrize("gpus, engine, tiers", [
+    (gpus_of(8, 40, 39), None, ("bf16",)),                                  # 3 nodes
+    (gpus_of(4, 24, 23), None, ("bf16", "fp8")),                            # 8 nodes, fp8
+    (gpus_of(1, 24, 23), None, ("bf16",)),                                  # not even 8
+    (gpus_of(4, 24, 23), {"kv_cache_memory_bytes": 4 * GIB, "platform": "cpu"}, ("bf16",)),
+    (gpus_of(8, 40, 39), {"calibration_entries": {"k": {"overhead_bytes": -60 * GIB}}}, ("bf16",)),
+])
+def test_the_weights_bound_skips_only_groups_that_cannot_hold_the_model(monkeypatch, gpus, engine, tiers):
+    profile = hy3_profile()
+    offered = [{"name": name, "present": True} for name in tiers]
+    bounded = budget.plan(profile, offered, gpus, max_model_len=131072, max_num_seqs=8, engine=engine)
+    monkeypatch.setattr(budget, "weights_overflow", lambda ctx, tiers, pp: False)
+    searched = budget.plan(profile, offered, gpus, max_model_len=131072, max_num_seqs=8, engine=engine)
+    assert (bounded.get("nodes_needed"), bounded.get("reason")) == (searched.get("nodes_needed"), searched.get("reason"))
+    assert bounded.get("nodes_needed_plan") == searched.get("nodes_needed_plan")
+
+
+def test_the_weights_bound_rules_out_groups_whose_weights_alone_overflow():
+    profile = hy3_profile()
+    ctx = {"profile": profile, "tp": 8, "load_mtp": False, "engine": {}, "engine_bytes": 30 * GIB}
+    bf16 = [{"name": "bf16", "bits": 16}]
+    # bf16 Hy3 is 68.7 GiB a rank at tp 8: two stages still put 34.3 GiB on a rank, above 30; three put 23.2
+    assert budget.weights_overflow(ctx, bf16, 2) and not budget.weights_overflow(ctx, bf16, 3)
+    assert not budget.weights_overflow(ctx, bf16 + [{"name": "int4", "bits": 4}], 2)
+    assert not budget.weights_overflow(dict(ctx, engine=dict(ctx["engine"], kv_cache_memory_bytes=GIB)), bf16, 2)
+
+
 @pytest.mark.parametrize("gpus, pp, words", [
     (8, 3, "tensor_parallel_size 8 x pipeline_parallel_size 3 needs 24 GPUs, the group has 8"),
     (81, 81, "pipeline_parallel_size 81 is more than the model's 80 layers"),
