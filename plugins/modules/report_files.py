@@ -18,7 +18,8 @@ description:
     mode and the result is never V(changed). The fleet report (role C(hy3.fleet.report)) and
     C(playbooks/fleet_status.yml) use it for their Markdown and JSON.
   - An action plugin that runs on the controller itself, not a module sent to a host, so it costs no round
-    trip; C(delegate_to) and the connection do not change where it writes.
+    trip; C(delegate_to), the connection and C(become) do not change where it writes or as whom (the user
+    who runs Ansible).
 author:
   - hy3.fleet maintainers (@hy3-fleet)
 extends_documentation_fragment:
