@@ -33,6 +33,10 @@ LABELS = {
     "common_return_values": ("reference_appendices/common_return_values.html#common-return-values", "Return Values"),
     "ansible_configuration_settings": ("reference_appendices/config.html#ansible-configuration-settings",
                                        "Ansible Configuration Settings"),
+    # modules with an action plugin (report_files, engine_calibration) and a seealso to the copy module
+    "action_plugins": ("plugins/action.html#action-plugins", "Action plugins"),
+    "ansible_collections.ansible.builtin.copy_module": ("collections/ansible/builtin/copy_module.html",
+                                                        "ansible.builtin.copy module"),
 }
 header = b"# Sphinx inventory version 2\n# Project: Ansible\n# Version: devel\n" \
          b"# The remainder of this file is compressed using zlib.\n"
