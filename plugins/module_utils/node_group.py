@@ -21,19 +21,14 @@ __metaclass__ = type
 
 import ipaddress
 
+# one reader of hostvars for the rollout and node groups: missing or None is the default
+from ansible_collections.hy3.fleet.plugins.module_utils.rollout import _get
+
 DEFAULT_MASTER_PORT = 29501          # vLLM's --master-port default (vllm/config/parallel.py)
 
 
 class GroupError(ValueError):
     """A node group that cannot be planned as one engine; the message names the group and the member."""
-
-
-def _get(mapping, key, default=None):
-    try:
-        value = mapping[key]
-    except (KeyError, TypeError):
-        return default
-    return default if value is None else value
 
 
 def _is_ip(text):
