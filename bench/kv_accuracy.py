@@ -61,6 +61,8 @@ def unsupported(case):
         return "multimodal (the encoder cache is profiled too)"
     if settings.get("kv_cache_memory_bytes") or settings.get("num_gpu_blocks_override"):
         return "KV cache size set by hand"
+    if settings.get("kv_transfer_config"):
+        return "a KV connector (it keeps GPU buffers of its own; the collection configures none)"
     reported = case.get("engine_reported") or {}
     if reported.get("available_kv_cache_gib") is None and reported.get("gpu_kv_cache_tokens") is None:
         return "no KV numbers printed"
@@ -220,13 +222,16 @@ def leave_one_out_calibrated(cases):
     return rows
 
 
-FIT_TERMS = ("runtime", "tensor_parallel", "transient", "moe_workspace", "moe_workspace_quantized",
+FIT_TERMS = ("runtime", "tensor_parallel", "tensor_parallel_early", "moe_workspace", "moe_workspace_quantized",
              "quantized_moe_fixed")
-FIXED_TERMS = ("runtime", "tensor_parallel", "quantized_moe_fixed")    # fitted in GiB
+FIXED_TERMS = ("runtime", "tensor_parallel", "tensor_parallel_early", "quantized_moe_fixed")    # fitted in GiB
 
 
 def fit_features(case):
-    """The unscaled physical terms of one case (bytes) and the overhead its engine really took."""
+    """The fitted terms' unscaled features of one case and what they must add up to (GiB): one row for
+    the overhead its engine took beyond the activation peak and the CUDA-graph estimate (both fixed: the
+    sampler's bytes per element and the forward's scale are measured on the logs' own "torch peak memory
+    increase" lines), and, where the engine printed it, one row for its "non-torch" growth alone."""
     result = predict(case, weights_from_log=True)
     table = result["budget_bytes"]
     if table.get("stages"):
@@ -243,21 +248,25 @@ def fit_features(case):
     tp = result["tensor_parallel_size"]
     saved = dict(engine_memory.COPIES)
     try:
-        for name in ("transient", "moe_workspace", "moe_workspace_quantized"):
+        for name in ("moe_workspace", "moe_workspace_quantized"):
             engine_memory.COPIES[name] = 1.0
         quantized = engine_memory.quantized_experts(profile, settings)
         fixed_workspace = engine_memory.fixed_moe_workspace(profile, settings)
         moe = engine_memory.moe_workspace_bytes(profile, tp, settings)
         version = engine_memory.parse_version(settings.get("version")) or (0, 32, 0)
-        lazy = tp > 1 and version >= engine_memory.LAZY_NCCL_COUNTED_SINCE
-        features = [GIB, GIB if lazy else 0,
-                    engine_memory.transient_peak_bytes(profile, tp, settings["max_num_batched_tokens"],
-                                                       settings["max_num_seqs"], settings.get("version")),
-                    0 if quantized else moe, moe if quantized else 0, GIB if fixed_workspace else 0]
+        counted = tp > 1 and version >= engine_memory.LAZY_NCCL_COUNTED_SINCE
+        late = version >= engine_memory.TENSOR_PARALLEL_COUNTED_SINCE
+        common = [GIB, GIB if counted and late else 0, GIB if counted and not late else 0]
+        fixed_feature = GIB if fixed_workspace else 0
+        features = common + [0 if quantized else moe, moe if quantized else 0, fixed_feature]
     finally:
         engine_memory.COPIES.update(saved)
-    fixed = table["cudagraph"] or 0
-    return [f / GIB for f in features], (measured["overhead_bytes"] - fixed) / GIB
+    known = (table["cudagraph"] or 0) + table["activation_peak"]
+    rows = [([f / GIB for f in features], (measured["overhead_bytes"] - known) / GIB)]
+    non_torch = ((case["engine_reported"].get("profile_breakdown") or {}).get("non_torch_increase_gib"))
+    if non_torch is not None:
+        rows.append(([f / GIB for f in common + [0, 0, fixed_feature]], non_torch))
+    return rows
 
 
 def nnls(rows, targets):
@@ -292,18 +301,25 @@ def robust_nnls(rows, targets, rounds=20):
     return coef
 
 
+def fit_rows(samples, leave_out=None):
+    rows = [row for cid, found in samples for row in found if cid != leave_out]
+    return [row[0] for row in rows], [row[1] for row in rows]
+
+
 def fit(cases):
     samples = [(case["id"], fit_features(case)) for case in cases]
     samples = [(cid, f) for cid, f in samples if f]
-    coef = robust_nnls([f[0] for cid, f in samples], [f[1] for cid, f in samples])
-    print("fitted on %d cases (weights from the engine's own line, CUDA-graph estimate fixed):" % len(samples))
+    coef = robust_nnls(*fit_rows(samples))
+    print("fitted on %d cases (weights from the engine's own line; the activation peak and the CUDA-graph estimate"
+          " fixed; the non-torch line of %d of them as a row of its own):"
+          % (len(samples), sum(1 for cid, f in samples if len(f) > 1)))
     for name, value in zip(FIT_TERMS, coef):
         unit = " GiB" if name in FIXED_TERMS else " x"
         print("  %-24s %.3f%s" % (name, value, unit))
     errors = []
-    for index, (_cid, (features, target)) in enumerate(samples):
-        rest = [f for i, (cid, f) in enumerate(samples) if i != index]
-        held = robust_nnls([f[0] for f in rest], [f[1] for f in rest])
+    for cid, found in samples:
+        held = robust_nnls(*fit_rows(samples, leave_out=cid))
+        features, target = found[0]
         errors.append(abs(sum(a * b for a, b in zip(held, features)) - target))
     print("  leave-one-out |overhead error|: median %.2f GiB, 90th percentile %.2f GiB"
           % (statistics.median(errors), sorted(errors)[int(0.9 * (len(errors) - 1))]))
@@ -312,13 +328,13 @@ def fit(cases):
 
 def held_out_rows(cases):
     """Each case predicted with the scales refitted WITHOUT it: the honest out-of-sample score."""
-    samples = {case["id"]: fit_features(case) for case in cases}
+    samples = [(case["id"], fit_features(case)) for case in cases]
+    samples = [(cid, f) for cid, f in samples if f]
     rows = []
     saved = dict(engine_memory.COPIES)
     try:
         for case in cases:
-            rest = [f for cid, f in samples.items() if f and cid != case["id"]]
-            coef = robust_nnls([f[0] for f in rest], [f[1] for f in rest])
+            coef = robust_nnls(*fit_rows(samples, leave_out=case["id"]))
             for name, value in zip(FIT_TERMS, coef):
                 engine_memory.COPIES[name] = value * GIB if name in FIXED_TERMS else value
             rows.append(score(case, predict(case, weights_from_log=True)))

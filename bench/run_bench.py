@@ -17,6 +17,7 @@ so (2) measures the controller and the hosts together. Run: .venv/bin/python ben
 import json
 import os
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -72,17 +73,26 @@ def inventory(base, count):
     return path, hosts
 
 
+def children_cpu_seconds():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def timed(env, *cmd):
-    start = time.perf_counter()
+    """(wall seconds, CPU seconds) of one run: the CPU of every process it waited for, controller and
+    local "hosts" together, which is what bounds its wall time from below on this machine's cores."""
+    start, cpu_start = time.perf_counter(), children_cpu_seconds()
     proc = subprocess.run(cmd, check=False, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, children_cpu_seconds() - cpu_start
     if proc.returncode != 0:
         sys.exit("benchmark command failed: %s\n%s" % (" ".join(cmd), proc.stdout[-3000:]))
-    return elapsed
+    return elapsed, cpu
 
 
 def median_time(env, *cmd):
-    return statistics.median([timed(env, *cmd) for attempt in range(REPEAT)])
+    """Median wall seconds and median CPU seconds over REPEAT runs."""
+    runs = [timed(env, *cmd) for attempt in range(REPEAT)]
+    return statistics.median(run[0] for run in runs), statistics.median(run[1] for run in runs)
 
 
 def budget_10k():
@@ -126,20 +136,20 @@ def main():
     adhoc = [os.path.join(BIN, "ansible"), "gpu_nodes", "-i", inv]
     try:
         timed(env, *playbook + ["playbooks/deploy_hy3.yml"])               # warm-up: starts the engines
-        deploy = median_time(env, *playbook + ["playbooks/deploy_hy3.yml"])
-        bare = median_time(env, *playbook + ["bench/bare_rollout.yml"])
+        deploy, deploy_cpu = median_time(env, *playbook + ["playbooks/deploy_hy3.yml"])
+        bare = median_time(env, *playbook + ["bench/bare_rollout.yml"])[0]
         facts_env = dict(env, PYTHONPATH=os.path.join(ROOT, "tests", "fakes"),
                          HY3_FAKE_NVML_PROFILE=hosts["bench-0"]["hy3_environment"]["HY3_FAKE_NVML_PROFILE"])
-        nvml = median_time(facts_env, *adhoc + ["-m", "hy3.fleet.nvml_facts"])
-        setup = median_time(facts_env, *adhoc + ["-m", "ansible.builtin.setup"])
+        nvml = median_time(facts_env, *adhoc + ["-m", "hy3.fleet.nvml_facts"])[0]
+        setup = median_time(facts_env, *adhoc + ["-m", "ansible.builtin.setup"])[0]
     finally:
         stop_engines(hosts)
     many_playbook = [os.path.join(BIN, "ansible-playbook"), "-i", many_inv, "playbooks/deploy_hy3.yml"]
     try:
         timed(env, *many_playbook)                                          # warm-up: starts the engines
-        many = median_time(env, *many_playbook)
+        many, many_cpu = median_time(env, *many_playbook)
         # the machine's floor: the bare playbook on the same 30 hosts (their modules share the controller's CPUs)
-        many_bare = median_time(env, os.path.join(BIN, "ansible-playbook"), "-i", many_inv, "bench/bare_rollout.yml")
+        many_bare = median_time(env, os.path.join(BIN, "ansible-playbook"), "-i", many_inv, "bench/bare_rollout.yml")[0]
     finally:
         stop_engines(many_hosts)
     shutil.rmtree(base, ignore_errors=True)
@@ -153,6 +163,11 @@ def main():
           % (many, MANY_HOSTS, deploy, HOSTS, many / deploy))
     print("bare template+service+uri: %.2f s for %d hosts against %.2f s for %d hosts; ratio %.2fx (this machine's floor)"
           % (many_bare, MANY_HOSTS, bare, HOSTS, many_bare / bare))
+    cores = os.cpu_count()
+    print("deploy_hy3 CPU (controller and local hosts together): %.1f s for %d hosts, %.1f s for %d hosts; "
+          "on %d cores %d hosts cannot take under %.1f s of wall time, %.2fx the %d-host run"
+          % (many_cpu, MANY_HOSTS, deploy_cpu, HOSTS, cores, MANY_HOSTS, many_cpu / cores,
+             many_cpu / cores / deploy, HOSTS))
     print("nvml_facts: %.2f s; setup: %.2f s (%d hosts); ratio %.2fx" % (nvml, setup, HOSTS, nvml / setup))
     print("budget over 10,000 synthetic hosts: %.2f s (%.0f hosts/s); verdicts %s"
           % (seconds, 10000 / seconds, json.dumps(verdicts, sort_keys=True)))

@@ -77,23 +77,39 @@ def validate_profile(profile):
              "model profile: params.active (%s) cannot exceed params.total (%s)" % (params.get("active"), params["total"]))
 
 
+# Micro-scaled 4-bit formats: one 8-bit scale per block of 32 (MXFP4, E8M0) or 16 (NVFP4, FP8) weights.
+BLOCK_SCALE_BITS = {"mxfp4": 8.0 / 32, "nvfp4": 8.0 / 16, "modelopt_fp4": 8.0 / 16}
+
+
 def effective_bits(bits, quantization):
     """Bits a quantized weight really takes: the value plus its group scale (and zero point) when
-    weights are quantized in groups (GPTQ/AWQ int4: 4 + 16/128 + 4/128)."""
-    group = (quantization or {}).get("group_size") or 0
-    if bits < 8 and group and group > 0:
+    weights are quantized in groups (GPTQ/AWQ int4: 4 + 16/128 + 4/128), or its block scale (MXFP4 4.25)."""
+    quantization = quantization or {}
+    if bits < 8 and quantization.get("bits") == bits and quantization.get("method") in BLOCK_SCALE_BITS:
+        return bits + BLOCK_SCALE_BITS[quantization["method"]]
+    group = quantization.get("group_size") or 0
+    if bits < 8 and isinstance(group, int) and group > 0:
         return bits + (16.0 + bits) / group
     return float(bits)
 
 
+def unquantized_params(profile):
+    """Parameters a quantized checkpoint keeps in 16 bits: the embedding and LM head, and the attention
+    projections where its quantization config leaves attention out (gpt-oss's MXFP4 experts)."""
+    params = profile["params"]
+    ignored = (profile.get("quantization") or {}).get("ignored_layers") or []
+    attention = params.get("attention") or 0 if any("attn" in name for name in ignored) else 0
+    return (params.get("embedding") or 0) + attention
+
+
 def nominal_weight_bytes_per_rank(profile, bits, tp, load_mtp):
-    """The floor of one rank's weights from the parameter counts: every expert is resident,
-    embeddings and lm_head stay 16 bit (quantizers leave them out), everything split by tp."""
+    """The floor of one rank's weights from the parameter counts: every expert is resident, what the
+    quantizer left out (unquantized_params) stays 16 bit, everything split by tp."""
     params = profile["params"]
     total = params["total"] + (params.get("mtp") or 0 if load_mtp else 0)
-    embedding = min(params.get("embedding") or 0, total)
-    quantized = (total - embedding) * effective_bits(bits, profile.get("quantization")) / 8
-    return int((quantized + embedding * 2) // tp)
+    kept = min(unquantized_params(profile) if bits < 16 else params.get("embedding") or 0, total)
+    quantized = (total - kept) * effective_bits(bits, profile.get("quantization")) / 8
+    return int((quantized + kept * 2) // tp)
 
 
 def pp_partition(num_layers, pp):

@@ -38,18 +38,27 @@ MIB = 1024 ** 2
 # prints their leave-one-out accuracy). Units: a multiplier of the term, or bytes where named.
 COPIES = {
     "residual": 4.0,          # tokens x hidden live across the forward (hidden, residual, norms, output)
-    "sampler_bytes": 13.5,    # bytes per (row x vocab) element in the sampler phase: model-dtype logits,
-                              # their fp32 copy, fp32 probabilities, the top-k/top-p buffer
-    "sampler_bytes_legacy": 36.0,     # the same before v0.17, whose dummy sampler run cloned the logits
-                                      # and sorted them (public v0.11 - v0.16 logs: 34 - 39 bytes)
-    "transient": 0.87,         # scale of the transient peak as a whole
-    "moe_workspace": 1.13,     # scale of the fused-MoE workspace (unquantized experts)
+    "sampler_bytes": 14.9,    # bytes per (row x vocab) element in the sampler phase with bf16 / fp16 logits:
+                              # the model-dtype logits, their fp32 copy, fp32 probabilities, the top-k/top-p
+                              # buffer (measured, not fitted: "torch peak memory increase" of 36 single-GPU and
+                              # TP logs of v0.17 - v0.19 in bench/kv_corpus whose peak is the sampler's,
+                              # vocabularies 49K - 262K: 14.7 - 15.6 bytes)
+    "sampler_bytes_legacy": 38.4,     # the same before v0.17, whose dummy sampler run cloned the logits
+                                      # and sorted them (v0.11 - v0.16 logs: 38.4 - 38.5 bytes)
+    "transient": 1.0,          # scale of the forward's transient peak (forward-bound logs: 0.92 - 1.07)
+    "moe_workspace": 0.98,     # scale of the fused-MoE workspace (unquantized experts)
     "moe_workspace_quantized": 0.93,   # the same for fp8 / int4 experts: their kernels keep a second
                                       # buffer of the same shape (activation quantization, scales)
-    "quantized_moe_fixed": 1.33 * GIB,  # fixed buffers of the quantized expert kernels other than
+    "quantized_moe_fixed": 1.64 * GIB,  # fixed buffers of the quantized expert kernels other than
                                         # Triton's (CUTLASS / FlashInfer / Marlin), one rank
-    "runtime": 0.79 * GIB,    # cuBLAS workspaces, model-runner buffers, compile scratch (one rank)
-    "tensor_parallel": 1.72 * GIB,    # NCCL / all-reduce buffers first touched in the profile (tp > 1)
+    "runtime": 0.27 * GIB,    # non-torch growth of one rank in the profile run: cuBLAS / cuDNN workspaces,
+                              # model-runner buffers ("non-torch forward increase memory" of single-GPU
+                              # v0.18 - v0.19 logs: 0.24 - 0.26 GiB; 0.13 - 0.14 on v0.11 - v0.17)
+    "tensor_parallel": 1.89 * GIB,    # NCCL / all-reduce buffers first touched in the profile (tp > 1), on
+                                      # engines that count them (TENSOR_PARALLEL_COUNTED_SINCE; v0.19 TP 2 and
+                                      # TP 4 logs: non-torch 2.06 - 2.21 GiB against 0.25 at TP 1)
+    "tensor_parallel_early": 0.25 * GIB,  # the same on v0.11 - v0.17 engines (v0.11.0 TP 2 logs: 0.54 - 0.55
+                                          # against 0.13 - 0.14 at TP 1)
     "graph_per_layer": 0.23 * MIB,    # each captured graph, per decoder layer: the piecewise graph's
                                       # per-layer pieces and their static buffers (median of the
                                       # "Estimated CUDA graph memory" lines in bench/kv_corpus)
@@ -58,9 +67,12 @@ COPIES = {
 # The sampler's profile run stopped cloning and sorting the full logits in this version.
 LEAN_SAMPLER_SINCE = (0, 17, 0)
 LEGACY_SAMPLER_SINCE = (0, 11, 0)
-# Engines from about this version count NCCL's lazily allocated buffers against the KV cache
-# (public v0.10.1 logs show none at tp 2, v0.15 - v0.25 logs about 1.9 GiB).
+# Engines from about v0.11 count NCCL's lazily allocated buffers against the KV cache: about 0.4 GiB a rank
+# at v0.11 (public v0.10.1 logs show none at tp 2), about 1.85 GiB from v0.18 (v0.19 - v0.25 logs), the
+# version where the single-GPU non-torch growth also rose (0.13 -> 0.25 GiB, the same sweep on v0.17 and
+# v0.18): the baseline moved before the communicators' first use. v0.15.1 TP 4 / TP 8 logs fit the small term.
 LAZY_NCCL_COUNTED_SINCE = (0, 11, 0)
+TENSOR_PARALLEL_COUNTED_SINCE = (0, 18, 0)
 # Before this version the tensor-parallel fused-MoE path worked in chunks of VLLM_FUSED_MOE_CHUNK_SIZE
 # tokens (default 16K), so its workspace stopped growing there. vLLM PR #34086 ("Remove Chunking From
 # FusedMoE", merged 2026-02-08) removed the kernel-level chunking, first released in v0.18 (a public
@@ -173,10 +185,11 @@ def forward_bytes(profile, tp, tokens, act_bytes=2):
 
 def sampler_bytes(profile, tokens, rows, version=None, act_bytes=2):
     """The sampler phase: fp32 logits, probabilities and top-k/top-p buffers over the full vocabulary
-    (vocab-parallel logits are gathered on every rank), with the forward's hidden states alive."""
+    (vocab-parallel logits are gathered on every rank), with the forward's hidden states alive. The
+    logits come out in the model's dtype first, so an fp32 model holds 2 more bytes per element."""
     ver = parse_version(version) or (0, 32, 0)
     legacy = LEGACY_SAMPLER_SINCE <= ver < LEAN_SAMPLER_SINCE
-    per_element = COPIES["sampler_bytes_legacy" if legacy else "sampler_bytes"]
+    per_element = COPIES["sampler_bytes_legacy" if legacy else "sampler_bytes"] + (act_bytes - 2)
     return int(tokens * profile["hidden_size"] * act_bytes + per_element * rows * profile["vocab_size"])
 
 
@@ -190,10 +203,10 @@ def transient_peak_bytes(profile, tp, max_num_batched_tokens, max_num_seqs, vers
     get_pp_group().is_last_rank; the same in v0.10 - v0.32; a public v0.19.0 PP=2 log shows the torch
     peak at 1.10 GiB on the first stage and 2.01 GiB on the last, same weights)."""
     rows = min(max_num_seqs, max_num_batched_tokens)
-    peak = forward_bytes(profile, tp, max_num_batched_tokens, act_bytes)
+    peak = COPIES["transient"] * forward_bytes(profile, tp, max_num_batched_tokens, act_bytes)
     if sampler:
         peak = max(peak, sampler_bytes(profile, max_num_batched_tokens, rows, version, act_bytes))
-    return int(COPIES["transient"] * peak)
+    return int(peak)
 
 
 def moe_workspace_bytes(profile, tp, settings, act_bytes=2):
@@ -251,7 +264,8 @@ def moe_backend(profile, settings):
         on SM90 / SM100: FlashInfer CUTLASS (the fp8 MoE oracle's pick, printed as FLASHINFER_CUTLASS
         in public v0.15.1 and v0.19.0 write-ups; VLLM_USE_FLASHINFER_MOE_FP8=0 turns it back to Triton);
         on SM89: Triton (FlashInfer's CUTLASS fp8 MoE needs SM90+);
-      * fp4 experts (mxfp4, nvfp4): their CUTLASS / Marlin / TRT-LLM kernels.
+      * mxfp4 experts: OpenAI's Triton kernels on SM90 (no fixed buffers), FlashInfer on SM100, Marlin below;
+      * nvfp4 experts: their CUTLASS / TRT-LLM kernels.
     The Triton kernel allocates only per-batch workspace (moe_workspace_bytes); the other families keep
     fixed buffers besides it (COPIES["quantized_moe_fixed"])."""
     stated = str(settings.get("moe_backend") or "").lower()
@@ -265,6 +279,13 @@ def moe_backend(profile, settings):
     quant = profile.get("quantization") or {}
     method = str(quant.get("method") or "").lower()
     bits = quant.get("bits", 16)
+    if method == "mxfp4":
+        # gpt-oss's MXFP4 experts (vllm/model_executor/layers/fused_moe/oracle/mxfp4.py, 0.32.0, the gpt-oss
+        # priority list): FlashInfer TRT-LLM on SM100, OpenAI's Triton kernels on SM90, Marlin below.
+        capability = gpu_capability(settings.get("gpu_name"))
+        if capability is not None and (9, 0) <= capability < (10, 0):
+            return MOE_TRITON
+        return MOE_MARLIN if capability is not None and capability < (9, 0) else MOE_OTHER
     if "fp4" in method or method == "modelopt":
         return MOE_OTHER
     if bits == 8 and method in ("fp8", "fbgemm_fp8"):
@@ -285,10 +306,17 @@ def non_torch_bytes(profile, tp, settings):
     NCCL / all-reduce buffers first touched there when tp > 1 (engines since about 0.11 take the
     baseline after NCCL's init, so its lazy buffers land here), and the fixed buffers of quantized
     expert kernels."""
-    version = parse_version(settings.get("version")) or (0, 32, 0)
-    lazy_tp = COPIES["tensor_parallel"] if tp > 1 and version >= LAZY_NCCL_COUNTED_SINCE else 0
     fixed = COPIES["quantized_moe_fixed"] if fixed_moe_workspace(profile, settings) else 0
-    return int(COPIES["runtime"] + lazy_tp + fixed)
+    return int(COPIES["runtime"] + tensor_parallel_bytes(tp, settings.get("version")) + fixed)
+
+
+def tensor_parallel_bytes(tp, version):
+    """The communicators' buffers the engine counts against the KV cache (0 at tp 1 or on engines
+    that took their baseline after them)."""
+    ver = parse_version(version) or (0, 32, 0)
+    if tp <= 1 or ver < LAZY_NCCL_COUNTED_SINCE:
+        return 0
+    return int(COPIES["tensor_parallel" if ver >= TENSOR_PARALLEL_COUNTED_SINCE else "tensor_parallel_early"])
 
 
 def cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens):

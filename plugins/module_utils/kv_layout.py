@@ -30,6 +30,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import functools
+
 FULL = "full_attention"
 SLIDING = "sliding_attention"
 LINEAR = "linear_attention"
@@ -71,14 +73,23 @@ def linear_state_bytes(profile, tp):
 def layer_kinds(profile, draft_layers=0):
     """Count of layers of each kind that hold KV cache on this engine; an MTP / EAGLE drafter's
     layers are attention layers of their own (full attention), so they hold KV cache too."""
-    types = profile.get("layer_types") or [FULL] * profile["num_hidden_layers"]
-    types = list(types) + [FULL] * draft_layers
+    types = tuple(profile.get("layer_types") or ())
+    counts = dict(_kind_counts(types) if types else {FULL: profile["num_hidden_layers"]})
+    if draft_layers:
+        counts[FULL] = counts.get(FULL, 0) + draft_layers
+    if SLIDING in counts and not profile.get("sliding_window"):
+        counts[FULL] = counts.get(FULL, 0) + counts.pop(SLIDING)   # no window: treated as full
+    return counts
+
+
+@functools.lru_cache(maxsize=64)
+def _kind_counts(types):
+    """{kind: layers} of a tuple of config.json layer types; cached: a fleet plan asks it for the same
+    model thousands of times (the hottest line of a 10,000-host budget)."""
     counts = {}
     for kind in types:
         kind = kind if kind in (SLIDING, LINEAR) else FULL
         counts[kind] = counts.get(kind, 0) + 1
-    if SLIDING in counts and not profile.get("sliding_window"):
-        counts[FULL] = counts.get(FULL, 0) + counts.pop(SLIDING)   # no window: treated as full
     return counts
 
 

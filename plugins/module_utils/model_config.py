@@ -310,9 +310,16 @@ def quantization(config):
         "method": method,
         "bits": int(bits or QUANT_METHOD_BITS.get(method, 16)),
         "group_size": group_size or (list(block) if block else None),
-        "ignored_layers": list(config.get("ignored_layers") or config.get("modules_to_not_convert")
-                               or config.get("ignore") or []),
+        "ignored_layers": _names(config.get("ignored_layers") or config.get("modules_to_not_convert")
+                                 or config.get("ignore")),
     }
+
+
+def _names(value):
+    """A list of module names from a config value: a lone name is one name, not its letters."""
+    if isinstance(value, str):
+        return [value]
+    return [str(name) for name in value or []]
 
 
 # --- parameter counts ---------------------------------------------------------------------------
@@ -359,5 +366,5 @@ def count_params(profile):
     active = common + (moe_layers * moe_layer_params(profile, moe["num_experts_per_tok"]) if moe else 0)
     mtp_mlp = moe_layer_params(profile, moe["num_experts"]) if moe else dense_mlp
     mtp_layer = attention + mtp_mlp + 2 * hidden * hidden + 5 * hidden   # + eh_proj; 2 layer + 3 mtp norms
-    return {"total": total, "active": active, "embedding": embedding,
+    return {"total": total, "active": active, "embedding": embedding, "attention": layers * attention,
             "mtp": profile.get("num_nextn_predict_layers", 0) * mtp_layer}

@@ -472,7 +472,7 @@ def test_triton_experts_keep_no_fixed_workspace():
 
 def test_only_the_last_stage_profiles_the_sampler():
     # vLLM's profile_run runs the dummy sampler on the last pipeline rank only: with 1024 rows of a
-    # 128256-entry vocabulary the sampler (13.5 B an element: 1.65 GiB) outweighs the forward of 8192
+    # 128256-entry vocabulary the sampler (14.9 B an element: 1.82 GiB) outweighs the forward of 8192
     # tokens, so only the last stage carries it.
     profile = dict(TINY, vocab_size=128256, hidden_size=4096, num_attention_heads=32, num_key_value_heads=8,
                    head_dim=128, intermediate_size=14336, num_hidden_layers=32)
@@ -480,10 +480,30 @@ def test_only_the_last_stage_profiles_the_sampler():
     inner = engine_memory.transient_peak_bytes(profile, 1, 8192, 1024, "0.19.0", sampler=False)
     last = engine_memory.transient_peak_bytes(profile, 1, 8192, 1024, "0.19.0")
     sampler = engine_memory.sampler_bytes(profile, 8192, 1024, "0.19.0")
-    assert sampler == 8192 * 4096 * 2 + int(13.5 * 1024 * 128256)
+    assert sampler == 8192 * 4096 * 2 + int(14.9 * 1024 * 128256)
     assert inner == int(engine_memory.COPIES["transient"] * engine_memory.forward_bytes(profile, 1, 8192))
-    assert last == int(engine_memory.COPIES["transient"] * sampler) > inner
+    assert last == sampler > inner
     assert engine_memory.overhead(profile, 1, dict(settings, last_pp_stage=False))["activation_peak"] == inner
+
+
+def test_the_sampler_follows_the_engine_version_and_the_model_dtype():
+    # Public torch-peak lines: 38.4 B an element on v0.11 - v0.16 (the dummy run cloned and sorted the logits),
+    # 14.9 from v0.17; an fp32 model's logits come out in fp32 first (2 bytes more an element).
+    profile = dict(TINY, vocab_size=100000, hidden_size=1000)
+    rows = 1000 * 100000
+    assert engine_memory.sampler_bytes(profile, 10, 1000, "0.15.0") == 10 * 1000 * 2 + int(38.4 * rows)
+    assert engine_memory.sampler_bytes(profile, 10, 1000, "0.17.0") == 10 * 1000 * 2 + int(14.9 * rows)
+    fp32 = engine_memory.sampler_bytes(profile, 10, 1000, "0.19.0", act_bytes=4)
+    assert abs(fp32 - (10 * 1000 * 4 + (14.9 + 2) * rows)) <= 1
+
+
+def test_tensor_parallel_buffers_follow_the_engine_version():
+    # v0.10: none counted; v0.11 - v0.17: about 0.3 GiB a rank; from v0.18: about 1.9 GiB (public TP 2 / TP 4 logs).
+    assert engine_memory.tensor_parallel_bytes(1, "0.19.0") == 0
+    assert engine_memory.tensor_parallel_bytes(2, "0.10.1") == 0
+    assert engine_memory.tensor_parallel_bytes(2, "0.11.0") == int(engine_memory.COPIES["tensor_parallel_early"])
+    assert engine_memory.tensor_parallel_bytes(4, "0.18.0") == int(engine_memory.COPIES["tensor_parallel"])
+    assert engine_memory.COPIES["tensor_parallel"] > 5 * engine_memory.COPIES["tensor_parallel_early"]
 
 
 def test_pipeline_stages_are_listed_and_the_smallest_cache_is_kept():

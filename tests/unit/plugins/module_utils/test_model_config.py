@@ -264,6 +264,22 @@ def test_quantization_configs():
           "config_groups": {"group_0": {"weights": {"num_bits": 4, "group_size": 32}}}}
     assert quantization(ct) == {"method": "compressed-tensors", "bits": 4, "group_size": 32, "ignored_layers": ["lm_head"]}
     assert quantization({"quant_method": "mxfp4"})["bits"] == 4 and quantization(None) is None
+    # a lone module name is one name, not a list of its letters
+    assert quantization({"quant_method": "awq", "bits": 4, "ignore": "lm_head"})["ignored_layers"] == ["lm_head"]
+
+
+def test_mxfp4_weights_count_their_block_scales_and_the_attention_left_in_16_bits():
+    # gpt-oss keeps attention, router, embedding and LM head out of MXFP4 (modules_to_not_convert); each
+    # 32 expert weights share one 8-bit scale: 4.25 bits a weight.
+    from ansible_collections.hy3.fleet.plugins.module_utils.budget import nominal_weight_bytes_per_rank
+    p = model_profile(GPT_OSS_20B)
+    params = p["params"]
+    attention = 24 * (2 * 2880 * 64 * 64 + 2 * 2880 * 8 * 64)
+    assert params["attention"] == attention
+    kept = params["embedding"] + attention
+    expected = (params["total"] - kept) * 4.25 / 8 + kept * 2
+    assert abs(nominal_weight_bytes_per_rank(p, 4, 1, False) - expected) <= 1
+    assert abs(nominal_weight_bytes_per_rank(p, 4, 2, False) - expected / 2) <= 1
 
 
 def test_counting_is_pure_and_reusable():

@@ -110,8 +110,8 @@ def test_tier_holding_another_precision_warns(tmp_path):
 
 def test_cannot_hold_fails_or_reports(tmp_path):
     bf16 = sample_checkpoints.write(tmp_path / "bf16")
-    # the engine's own buffers (runtime workspaces, sampler) alone outgrow a 0.5 GiB card
-    base = args([{"name": "bf16", "weights_dir": bf16}], gpus=devices(1, 0.5, 0.5))
+    # the engine's own buffers (runtime workspaces, sampler) alone outgrow a 0.25 GiB card
+    base = args([{"name": "bf16", "weights_dir": bf16}], gpus=devices(1, 0.25, 0.25))
     out = run_module(engine_budget.main, base)
     assert out.failed and "this host cannot hold the model" in out.result["msg"]
     out = run_module(engine_budget.main, dict(base, fail_when_cannot_hold=False), check_mode=True)
