@@ -225,6 +225,9 @@ def leave_one_out_calibrated(cases):
 FIT_TERMS = ("runtime", "tensor_parallel", "tensor_parallel_early", "moe_workspace", "moe_workspace_quantized",
              "quantized_moe_fixed")
 FIXED_TERMS = ("runtime", "tensor_parallel", "tensor_parallel_early", "quantized_moe_fixed")    # fitted in GiB
+# The V1 engine (the default from v0.8) measures its non-torch growth per process; older engines measured it
+# device-wide (before vLLM PR #10511), so their "non-torch" line is not a row of the fit.
+PER_PROCESS_NON_TORCH_SINCE = (0, 8, 0)
 
 
 def fit_features(case):
@@ -255,17 +258,17 @@ def fit_features(case):
         moe = engine_memory.moe_workspace_bytes(profile, tp, settings)
         version = engine_memory.parse_version(settings.get("version")) or (0, 32, 0)
         counted = tp > 1 and version >= engine_memory.LAZY_NCCL_COUNTED_SINCE
-        late = version >= engine_memory.TENSOR_PARALLEL_COUNTED_SINCE
-        common = [GIB, GIB if counted and late else 0, GIB if counted and not late else 0]
-        fixed_feature = GIB if fixed_workspace else 0
-        features = common + [0 if quantized else moe, moe if quantized else 0, fixed_feature]
+        late = version >= engine_memory.BASELINE_MOVED_SINCE
+        non_torch_features = [GIB, GIB if counted and late else 0, GIB if counted and not late else 0]
+        features = non_torch_features + [0 if quantized else moe, moe if quantized else 0,
+                                         GIB if fixed_workspace else 0]
     finally:
         engine_memory.COPIES.update(saved)
     known = (table["cudagraph"] or 0) + table["activation_peak"]
     rows = [([f / GIB for f in features], (measured["overhead_bytes"] - known) / GIB)]
     non_torch = ((case["engine_reported"].get("profile_breakdown") or {}).get("non_torch_increase_gib"))
-    if non_torch is not None:
-        rows.append(([f / GIB for f in common + [0, 0, fixed_feature]], non_torch))
+    if non_torch is not None and version >= PER_PROCESS_NON_TORCH_SINCE and not fixed_workspace:
+        rows.append(([f / GIB for f in non_torch_features + [0, 0, 0]], non_torch))
     return rows
 
 

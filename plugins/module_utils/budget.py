@@ -77,37 +77,40 @@ def validate_profile(profile):
              "model profile: params.active (%s) cannot exceed params.total (%s)" % (params.get("active"), params["total"]))
 
 
-# Micro-scaled 4-bit formats: one 8-bit scale per block of 32 (MXFP4, E8M0) or 16 (NVFP4, FP8) weights.
-BLOCK_SCALE_BITS = {"mxfp4": 8.0 / 32, "nvfp4": 8.0 / 16, "modelopt_fp4": 8.0 / 16}
-
-
 def effective_bits(bits, quantization):
     """Bits a quantized weight really takes: the value plus its group scale (and zero point) when
-    weights are quantized in groups (GPTQ/AWQ int4: 4 + 16/128 + 4/128), or its block scale (MXFP4 4.25)."""
+    weights are quantized in groups (GPTQ/AWQ int4: 4 + 16/128 + 4/128), or its one 8-bit scale per block
+    when they are 4-bit floats (MXFP4: 4 + 8/32; NVFP4: 4 + 8/16)."""
     quantization = quantization or {}
-    if bits < 8 and quantization.get("bits") == bits and quantization.get("method") in BLOCK_SCALE_BITS:
-        return bits + BLOCK_SCALE_BITS[quantization["method"]]
     group = quantization.get("group_size") or 0
+    if bits < 8 and quantization.get("bits") == bits and quantization.get("weight_type") == "float":
+        block = group if isinstance(group, int) and group > 0 else FP4_BLOCK.get(quantization.get("method"), 32)
+        return bits + 8.0 / block
     if bits < 8 and isinstance(group, int) and group > 0:
         return bits + (16.0 + bits) / group
     return float(bits)
 
 
-def unquantized_params(profile):
-    """Parameters a quantized checkpoint keeps in 16 bits: the embedding and LM head, and the attention
-    projections where its quantization config leaves attention out (gpt-oss's MXFP4 experts)."""
-    params = profile["params"]
+# Weights per shared scale of the 4-bit float formats when the config does not say.
+FP4_BLOCK = {"mxfp4": 32, "nvfp4": 16, "modelopt_fp4": 16}
+
+
+def kept_attention_params(profile, bits):
+    """Attention parameters a quantized checkpoint keeps in 16 bits: all of them where its quantization
+    config leaves attention out (gpt-oss's MXFP4 experts), none otherwise."""
     ignored = (profile.get("quantization") or {}).get("ignored_layers") or []
-    attention = params.get("attention") or 0 if any("attn" in name for name in ignored) else 0
-    return (params.get("embedding") or 0) + attention
+    if bits >= 16 or not any("attn" in name for name in ignored):
+        return 0
+    return profile["params"].get("attention") or 0
 
 
 def nominal_weight_bytes_per_rank(profile, bits, tp, load_mtp):
-    """The floor of one rank's weights from the parameter counts: every expert is resident, what the
-    quantizer left out (unquantized_params) stays 16 bit, everything split by tp."""
+    """The floor of one rank's weights from the parameter counts: every expert is resident, the
+    embeddings and lm_head and the attention a quantizer left out (kept_attention_params) stay 16 bit,
+    everything split by tp."""
     params = profile["params"]
     total = params["total"] + (params.get("mtp") or 0 if load_mtp else 0)
-    kept = min(unquantized_params(profile) if bits < 16 else params.get("embedding") or 0, total)
+    kept = min((params.get("embedding") or 0) + kept_attention_params(profile, bits), total)
     quantized = (total - kept) * effective_bits(bits, profile.get("quantization")) / 8
     return int((quantized + kept * 2) // tp)
 
@@ -146,7 +149,9 @@ def stage_shares(profile, pp, load_mtp):
 def stage_weight_bytes(profile, bits, tp, share, load_mtp):
     """(nominal bytes of one rank of this stage, its fraction of the whole model's nominal bytes): the
     quantized layers at the tier's bits, embedding and LM head at 16 bits, as nominal_weight_bytes_per_rank."""
-    stage = share["params"] * effective_bits(bits, profile.get("quantization")) / 8 + share["vocab_params"] * 2
+    attention = kept_attention_params(profile, bits) * share["layers"] / float(profile["num_hidden_layers"])
+    stage = ((share["params"] - attention) * effective_bits(bits, profile.get("quantization")) / 8
+             + (attention + share["vocab_params"]) * 2)
     whole = nominal_weight_bytes_per_rank(profile, bits, 1, load_mtp)
     return int(stage // tp), stage / float(whole)
 
@@ -220,7 +225,9 @@ def overhead_lines(ctx, state, last_stage=True):
     if engine.get("runtime_overhead_gib") is not None:
         flat = int(engine["runtime_overhead_gib"] * GIB)
         return {"runtime_overhead": flat, "total": flat}, OVERHEAD_OVERRIDE, None
-    settings = dict(engine, max_num_seqs=state["max_num_seqs"], last_pp_stage=last_stage)
+    # Activations in the model's dtype: an fp32 model holds twice the bytes (and fp32 logits from the start).
+    act_bytes = DTYPE_BYTES.get(state["tier"].get("dtype") or "bfloat16", 2)
+    settings = dict(engine, max_num_seqs=state["max_num_seqs"], last_pp_stage=last_stage, act_bytes=act_bytes)
     return engine_memory.overhead(ctx["profile"], ctx["tp"], settings), OVERHEAD_MODEL, None
 
 

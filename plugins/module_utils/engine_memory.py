@@ -19,8 +19,10 @@ vLLM (V1) sizes the KV cache per rank as (vllm/v1/worker/gpu_worker.py, determin
                                           on by default since about v0.21; 0 with enforce_eager)
 
 Each term below is physics: bytes of tensors of known shapes, times a small number of live copies.
-The copy counts (COPIES) were fitted once against real startup logs (bench/kv_accuracy.py prints
-the fit); everything else comes from the model's config.json and the engine's settings.
+The sampler's bytes per element and the forward's scale (COPIES) are measured on the "torch peak memory
+increase" lines of real startup logs; the fixed amounts and the MoE workspace scales were fitted on them
+(bench/kv_accuracy.py --fit prints the fit); everything else comes from the model's config.json and the
+engine's settings.
 The engine's defaults that change these terms depend on its version and on the GPU, so both are
 inputs (engine_defaults).
 """
@@ -34,8 +36,9 @@ import re
 GIB = 1024 ** 3
 MIB = 1024 ** 2
 
-# Fitted scales of the physical terms (bench/kv_accuracy.py --fit refits them on the corpus and
-# prints their leave-one-out accuracy). Units: a multiplier of the term, or bytes where named.
+# Scales of the physical terms: measured on the corpus's printed profiling lines where the comment says
+# so, otherwise fitted (bench/kv_accuracy.py --fit refits them and prints their leave-one-out accuracy).
+# Units: a multiplier of the term, bytes per element, or bytes where named.
 COPIES = {
     "residual": 4.0,          # tokens x hidden live across the forward (hidden, residual, norms, output)
     "sampler_bytes": 14.9,    # bytes per (row x vocab) element in the sampler phase with bf16 / fp16 logits:
@@ -52,13 +55,14 @@ COPIES = {
     "quantized_moe_fixed": 1.64 * GIB,  # fixed buffers of the quantized expert kernels other than
                                         # Triton's (CUTLASS / FlashInfer / Marlin), one rank
     "runtime": 0.27 * GIB,    # non-torch growth of one rank in the profile run: cuBLAS / cuDNN workspaces,
-                              # model-runner buffers ("non-torch forward increase memory" of single-GPU
-                              # v0.18 - v0.19 logs: 0.24 - 0.26 GiB; 0.13 - 0.14 on v0.11 - v0.17)
-    "tensor_parallel": 1.89 * GIB,    # NCCL / all-reduce buffers first touched in the profile (tp > 1), on
-                                      # engines that count them (TENSOR_PARALLEL_COUNTED_SINCE; v0.19 TP 2 and
+                              # model-runner buffers (fitted; single-GPU v0.18 - v0.19 logs print "non-torch
+                              # forward increase memory" 0.24 - 0.26 GiB, v0.11 - v0.17 logs 0.13 - 0.14 and
+                              # v0.7 logs 0.25 - 0.30: one amount, not worth a version boundary)
+    "tensor_parallel": 1.90 * GIB,    # NCCL / all-reduce buffers first touched in the profile (tp > 1), on
+                                      # engines that count them in full (BASELINE_MOVED_SINCE; v0.19 TP 2 and
                                       # TP 4 logs: non-torch 2.06 - 2.21 GiB against 0.25 at TP 1)
-    "tensor_parallel_early": 0.25 * GIB,  # the same on v0.11 - v0.17 engines (v0.11.0 TP 2 logs: 0.54 - 0.55
-                                          # against 0.13 - 0.14 at TP 1)
+    "tensor_parallel_early": 0.25 * GIB,  # the share v0.11 - v0.17 engines count (fitted: the v0.11.0 TP 2
+                                          # profiling lines alone give 0.4, the v0.15.1 TP 4 / TP 8 totals less)
     "graph_per_layer": 0.23 * MIB,    # each captured graph, per decoder layer: the piecewise graph's
                                       # per-layer pieces and their static buffers (median of the
                                       # "Estimated CUDA graph memory" lines in bench/kv_corpus)
@@ -67,12 +71,13 @@ COPIES = {
 # The sampler's profile run stopped cloning and sorting the full logits in this version.
 LEAN_SAMPLER_SINCE = (0, 17, 0)
 LEGACY_SAMPLER_SINCE = (0, 11, 0)
-# Engines from about v0.11 count NCCL's lazily allocated buffers against the KV cache: about 0.4 GiB a rank
-# at v0.11 (public v0.10.1 logs show none at tp 2), about 1.85 GiB from v0.18 (v0.19 - v0.25 logs), the
-# version where the single-GPU non-torch growth also rose (0.13 -> 0.25 GiB, the same sweep on v0.17 and
-# v0.18): the baseline moved before the communicators' first use. v0.15.1 TP 4 / TP 8 logs fit the small term.
+# Engines from about v0.11 count NCCL's lazily allocated buffers against the KV cache: a few tenths of a GiB
+# a rank on v0.11 - v0.17 (public v0.10.1 logs show none at tp 2; the v0.15.1 TP 4 / TP 8 runs fit the small
+# amount), about 1.9 GiB from v0.18 (v0.19 - v0.25 logs). The single-GPU non-torch growth rose at the same
+# version (0.13 -> 0.25 GiB, one sweep of one model on v0.17 and v0.18): the engine's baseline moved to
+# before the communicators' and the runtime's first use.
 LAZY_NCCL_COUNTED_SINCE = (0, 11, 0)
-TENSOR_PARALLEL_COUNTED_SINCE = (0, 18, 0)
+BASELINE_MOVED_SINCE = (0, 18, 0)
 # Before this version the tensor-parallel fused-MoE path worked in chunks of VLLM_FUSED_MOE_CHUNK_SIZE
 # tokens (default 16K), so its workspace stopped growing there. vLLM PR #34086 ("Remove Chunking From
 # FusedMoE", merged 2026-02-08) removed the kernel-level chunking, first released in v0.18 (a public
@@ -310,13 +315,16 @@ def non_torch_bytes(profile, tp, settings):
     return int(COPIES["runtime"] + tensor_parallel_bytes(tp, settings.get("version")) + fixed)
 
 
+def _baseline_moved(version):
+    return (parse_version(version) or (0, 32, 0)) >= BASELINE_MOVED_SINCE
+
+
 def tensor_parallel_bytes(tp, version):
     """The communicators' buffers the engine counts against the KV cache (0 at tp 1 or on engines
     that took their baseline after them)."""
-    ver = parse_version(version) or (0, 32, 0)
-    if tp <= 1 or ver < LAZY_NCCL_COUNTED_SINCE:
+    if tp <= 1 or (parse_version(version) or (0, 32, 0)) < LAZY_NCCL_COUNTED_SINCE:
         return 0
-    return int(COPIES["tensor_parallel" if ver >= TENSOR_PARALLEL_COUNTED_SINCE else "tensor_parallel_early"])
+    return int(COPIES["tensor_parallel" if _baseline_moved(version) else "tensor_parallel_early"])
 
 
 def cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens):

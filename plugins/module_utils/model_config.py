@@ -67,6 +67,7 @@ LAYER_KIND = {
 
 # quant_method -> weight bits when the config does not state them.
 QUANT_METHOD_BITS = {"fp8": 8, "fbgemm_fp8": 8, "mxfp4": 4, "nvfp4": 4, "modelopt_fp4": 4, "bitnet": 2}
+FLOAT4_METHODS = ("mxfp4", "nvfp4", "modelopt_fp4")
 
 STATUS_READ, STATUS_GENERIC = "read", "generic_fallback"
 
@@ -291,16 +292,18 @@ def _linear_state(reader):
 
 
 def quantization(config):
-    """quantization_config -> {method, bits, group_size, ignored_layers} or None (unquantized)."""
+    """quantization_config -> {method, bits, group_size, weight_type, ignored_layers} or None (unquantized)."""
     if not isinstance(config, dict) or not config:
         return None
     method = str(config.get("quant_method") or config.get("quantization_method") or "unknown").lower()
     bits = config.get("bits") or config.get("w_bit") or config.get("weight_bits")
     group_size = config.get("group_size") or config.get("q_group_size")
+    weight_type = "float" if method in FLOAT4_METHODS else None
     for group in (config.get("config_groups") or {}).values():   # compressed-tensors
         weights = (group or {}).get("weights") or {}
         bits = bits or weights.get("num_bits")
         group_size = group_size or weights.get("group_size")
+        weight_type = weight_type or weights.get("type")
     if config.get("load_in_4bit"):
         bits = 4
     elif config.get("load_in_8bit"):
@@ -310,6 +313,7 @@ def quantization(config):
         "method": method,
         "bits": int(bits or QUANT_METHOD_BITS.get(method, 16)),
         "group_size": group_size or (list(block) if block else None),
+        "weight_type": weight_type,     # "int" or "float" (4-bit floats carry one 8-bit scale a block)
         "ignored_layers": _names(config.get("ignored_layers") or config.get("modules_to_not_convert")
                                  or config.get("ignore")),
     }
@@ -352,7 +356,8 @@ def moe_layer_params(profile, experts_counted):
 
 
 def count_params(profile):
-    """{"total", "active", "mtp", "embedding"}: absolute counts from the profile alone."""
+    """{"total", "active", "mtp", "embedding", "attention"}: absolute counts from the profile alone
+    (attention: every decoder layer's attention projections, which some quantizers keep in 16 bits)."""
     hidden, layers = profile["hidden_size"], profile["num_hidden_layers"]
     embedding = profile["vocab_size"] * hidden * (1 if profile["tie_word_embeddings"] else 2)
     attention = attention_params(profile)

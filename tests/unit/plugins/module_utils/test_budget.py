@@ -114,6 +114,16 @@ def test_weight_bytes_per_rank_from_the_headers_are_used_as_given():
     assert r["budget_bytes"]["weights_measured"] == 1_200_000_000 == r["budget_bytes"]["weights"]
 
 
+def test_fp4_block_scales_count_in_the_nominal_weights():
+    # 4-bit floats share one 8-bit scale a block: NVFP4 (compressed-tensors, 16 a block) 4.5 bits a weight,
+    # MXFP4 (32 a block, the default of its method) 4.25; neither has a zero point.
+    nvfp4 = dict(TINY, quantization={"method": "compressed-tensors", "bits": 4, "group_size": 16, "weight_type": "float"})
+    mxfp4 = dict(TINY, quantization={"method": "mxfp4", "bits": 4, "group_size": None, "weight_type": "float"})
+    for profile, bits in ((nvfp4, 4.5), (mxfp4, 4.25)):
+        r = plan(profile, [tier("int4")], gpus(1, 16), max_model_len=1024, max_num_seqs=1, engine=FLAT)
+        assert r["budget_bytes"]["weights_nominal"] == int(1_000_000_000 * bits / 8)
+
+
 def test_int4_group_scales_count_in_the_nominal_weights():
     quantized = dict(TINY, quantization={"method": "gptq", "bits": 4, "group_size": 128})
     r = plan(quantized, [tier("int4")], gpus(1, 16), max_model_len=1024, max_num_seqs=1, engine=FLAT)
@@ -498,7 +508,7 @@ def test_the_sampler_follows_the_engine_version_and_the_model_dtype():
 
 
 def test_tensor_parallel_buffers_follow_the_engine_version():
-    # v0.10: none counted; v0.11 - v0.17: about 0.3 GiB a rank; from v0.18: about 1.9 GiB (public TP 2 / TP 4 logs).
+    # v0.10: none counted; v0.11 - v0.17: about 0.25 GiB a rank; from v0.18: about 1.9 GiB (public TP 2 / TP 4 logs).
     assert engine_memory.tensor_parallel_bytes(1, "0.19.0") == 0
     assert engine_memory.tensor_parallel_bytes(2, "0.10.1") == 0
     assert engine_memory.tensor_parallel_bytes(2, "0.11.0") == int(engine_memory.COPIES["tensor_parallel_early"])

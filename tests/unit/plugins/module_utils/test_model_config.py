@@ -183,7 +183,8 @@ def test_deepseek_mla_shared_experts_dense_first_layers_mtp_and_fp8():
     assert p["moe"]["num_experts"] == 256 and p["moe"]["num_shared_experts"] == 1
     assert p["moe"]["dense_layers"] == [0, 1, 2] and p["num_nextn_predict_layers"] == 1
     assert p["max_position_embeddings"] == 4096 * 40        # yarn: original length x factor, as vLLM derives
-    assert p["quantization"] == {"method": "fp8", "bits": 8, "group_size": [128, 128], "ignored_layers": []}
+    assert p["quantization"] == {"method": "fp8", "bits": 8, "group_size": [128, 128], "weight_type": None,
+                                 "ignored_layers": []}
     assert p["dtype"] == "bfloat16"                         # torch_dtype spelling
     assert within(p["params"]["mtp"], 11.5 * B, 0.01)       # unique MTP parameters (embedding and head shared)
 
@@ -256,14 +257,17 @@ def test_quantization_configs():
     from ansible_collections.hy3.fleet.plugins.module_utils.model_config import quantization
     assert quantization({"quant_method": "fp8", "activation_scheme": "static",
                          "ignored_layers": ["lm_head", "model.embed_tokens"]}) == {
-        "method": "fp8", "bits": 8, "group_size": None, "ignored_layers": ["lm_head", "model.embed_tokens"]}
+        "method": "fp8", "bits": 8, "group_size": None, "weight_type": None,
+        "ignored_layers": ["lm_head", "model.embed_tokens"]}
     assert quantization({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False})["bits"] == 4
     assert quantization({"quant_method": "awq", "bits": 4, "group_size": 128, "modules_to_not_convert": ["gate"]}) == {
-        "method": "awq", "bits": 4, "group_size": 128, "ignored_layers": ["gate"]}
+        "method": "awq", "bits": 4, "group_size": 128, "weight_type": None, "ignored_layers": ["gate"]}
     ct = {"quant_method": "compressed-tensors", "ignore": ["lm_head"],
-          "config_groups": {"group_0": {"weights": {"num_bits": 4, "group_size": 32}}}}
-    assert quantization(ct) == {"method": "compressed-tensors", "bits": 4, "group_size": 32, "ignored_layers": ["lm_head"]}
+          "config_groups": {"group_0": {"weights": {"num_bits": 4, "group_size": 32, "type": "int"}}}}
+    assert quantization(ct) == {"method": "compressed-tensors", "bits": 4, "group_size": 32, "weight_type": "int",
+                                "ignored_layers": ["lm_head"]}
     assert quantization({"quant_method": "mxfp4"})["bits"] == 4 and quantization(None) is None
+    assert quantization({"quant_method": "mxfp4"})["weight_type"] == "float"
     # a lone module name is one name, not a list of its letters
     assert quantization({"quant_method": "awq", "bits": 4, "ignore": "lm_head"})["ignored_layers"] == ["lm_head"]
 
@@ -280,6 +284,10 @@ def test_mxfp4_weights_count_their_block_scales_and_the_attention_left_in_16_bit
     expected = (params["total"] - kept) * 4.25 / 8 + kept * 2
     assert abs(nominal_weight_bytes_per_rank(p, 4, 1, False) - expected) <= 1
     assert abs(nominal_weight_bytes_per_rank(p, 4, 2, False) - expected / 2) <= 1
+    # pipeline stages price the kept attention the same way: their shares add up to the whole model
+    from ansible_collections.hy3.fleet.plugins.module_utils.budget import stage_shares, stage_weight_bytes
+    fractions = [stage_weight_bytes(p, 4, 1, share, False)[1] for share in stage_shares(p, 2, False)]
+    assert abs(sum(fractions) - 1) < 1e-6
 
 
 def test_counting_is_pure_and_reusable():
