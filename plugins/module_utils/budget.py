@@ -25,6 +25,7 @@ __metaclass__ = type
 import math
 
 from ansible_collections.hy3.fleet.plugins.module_utils import calibration, engine_memory, kv_layout
+from ansible_collections.hy3.fleet.plugins.module_utils.model_config import FLOAT4_BLOCK
 
 GIB = 1024 ** 3
 
@@ -84,15 +85,11 @@ def effective_bits(bits, quantization):
     quantization = quantization or {}
     group = quantization.get("group_size") or 0
     if bits < 8 and quantization.get("bits") == bits and quantization.get("weight_type") == "float":
-        block = group if isinstance(group, int) and group > 0 else FP4_BLOCK.get(quantization.get("method"), 32)
+        block = group if isinstance(group, int) and group > 0 else FLOAT4_BLOCK.get(quantization.get("method"), 32)
         return bits + 8.0 / block
     if bits < 8 and isinstance(group, int) and group > 0:
         return bits + (16.0 + bits) / group
     return float(bits)
-
-
-# Weights per shared scale of the 4-bit float formats when the config does not say.
-FP4_BLOCK = {"mxfp4": 32, "nvfp4": 16, "modelopt_fp4": 16}
 
 
 def kept_attention_params(profile, bits):

@@ -67,7 +67,8 @@ LAYER_KIND = {
 
 # quant_method -> weight bits when the config does not state them.
 QUANT_METHOD_BITS = {"fp8": 8, "fbgemm_fp8": 8, "mxfp4": 4, "nvfp4": 4, "modelopt_fp4": 4, "bitnet": 2}
-FLOAT4_METHODS = ("mxfp4", "nvfp4", "modelopt_fp4")
+# 4-bit float formats -> weights that share one 8-bit scale (MXFP4: E8M0 per 32; NVFP4: FP8 per 16).
+FLOAT4_BLOCK = {"mxfp4": 32, "nvfp4": 16, "modelopt_fp4": 16}
 
 STATUS_READ, STATUS_GENERIC = "read", "generic_fallback"
 
@@ -298,7 +299,7 @@ def quantization(config):
     method = str(config.get("quant_method") or config.get("quantization_method") or "unknown").lower()
     bits = config.get("bits") or config.get("w_bit") or config.get("weight_bits")
     group_size = config.get("group_size") or config.get("q_group_size")
-    weight_type = "float" if method in FLOAT4_METHODS else None
+    weight_type = "float" if method in FLOAT4_BLOCK else None
     for group in (config.get("config_groups") or {}).values():   # compressed-tensors
         weights = (group or {}).get("weights") or {}
         bits = bits or weights.get("num_bits")
