@@ -130,8 +130,10 @@ def predict(case, entries=None, weights_from_log=False):
     tier = tier_of(profile, settings)
     if weights_from_log and pp > 1 and stage_weights_gib(case):
         tier["weight_bytes_per_stage"] = [int(w * GIB) if w else None for w in stage_weights_gib(case)]
+        tier["weights_as_loaded"] = True
     elif weights_from_log and (case.get("engine_reported") or {}).get("model_loading_gib"):
         tier["weight_bytes_per_rank"] = int(case["engine_reported"]["model_loading_gib"] * GIB)
+        tier["weights_as_loaded"] = True
     # The engine's own max_num_seqs when the log does not say; never retreat: this is a prediction.
     seqs = settings.get("max_num_seqs") or engine_memory.engine_defaults(
         case.get("engine_version"), case["gpu"].get("name"), total)["max_num_seqs"]

@@ -267,8 +267,12 @@ def evaluate_stage(state, ctx, share, overhead):
         profile = dict(profile, num_hidden_layers=share["layers"], layer_types=share["layer_types"])
     else:
         nominal = nominal_weight_bytes_per_rank(profile, tier["bits"], tp, ctx["load_mtp"])
-    # Header-measured bytes are exact; the parameter arithmetic is the floor when there are none.
-    weights = measured if measured else nominal
+    # Header-measured bytes are exact; the parameter arithmetic is the floor when there are none. Either is
+    # the checkpoint's size: MXFP4 experts grow when their kernel pads them (not when the bytes are the
+    # engine's own "Model loading took" figure, tier weights_as_loaded).
+    padding = 0 if tier.get("weights_as_loaded") else engine_memory.expert_padding_bytes(
+        profile, tp, engine, effective_bits(tier["bits"], profile.get("quantization")))
+    weights = (measured if measured else nominal) + padding
     lines, source, entry = overhead
     available = int(engine["kv_cache_memory_bytes"]) if source == OVERHEAD_EXPLICIT_KV else ctx["engine_bytes"] - weights - lines["total"]
     kv_dtype_bytes = KV_DTYPE_BYTES.get(ctx["kv_cache_dtype"], DTYPE_BYTES.get(tier.get("dtype") or "bfloat16", 2))
@@ -283,6 +287,7 @@ def evaluate_stage(state, ctx, share, overhead):
         "engine_request": ctx["engine_bytes"],
         "weights_nominal": nominal,
         "weights_measured": measured,
+        "weights_padding": padding,
         "weights": weights,
         "activation_peak": lines.get("activation_peak"),
         "moe_workspace": lines.get("moe_workspace"),

@@ -301,6 +301,36 @@ def moe_backend(profile, settings):
     return MOE_MARLIN
 
 
+# MXFP4 experts as the kernels hold them: hidden padded to a multiple of 256 and each rank's expert width to
+# 128 (Marlin, FlashInfer / TRT-LLM) or 64 (OpenAI's Triton kernels). vLLM's
+# mxfp4_round_up_hidden_size_and_intermediate_size (fused_moe/oracle/mxfp4.py, 0.32.0) pads Marlin and TRT-LLM
+# this way; the Triton rule is what the corpus's loading lines show: gpt-oss-120b on one H100 loads 65.97 GiB
+# with Marlin (v0.10.1) and 64.38 GiB with Triton (v0.14.1) for a 60.7 GiB checkpoint, 17.22 GiB a rank at
+# TP 4 on A100 (Marlin); these rules give 65.82, 64.48 and 17.13.
+MXFP4_HIDDEN_ALIGN = 256
+MXFP4_WIDTH_ALIGN = {MOE_TRITON: 64}
+MXFP4_WIDTH_ALIGN_DEFAULT = 128
+
+
+def _round_up(value, multiple):
+    return -(-value // multiple) * multiple
+
+
+def expert_padding_bytes(profile, tp, settings, bits_per_weight):
+    """Bytes one rank's MXFP4 experts take beyond the checkpoint's, once padded for their kernel (0 for
+    other checkpoints)."""
+    moe = _moe(profile)
+    if not moe or str((profile.get("quantization") or {}).get("method") or "").lower() != "mxfp4":
+        return 0
+    split = _expert_split(settings, tp)
+    hidden, width = profile["hidden_size"], moe["moe_intermediate_size"] // split
+    align = MXFP4_WIDTH_ALIGN.get(moe_backend(profile, settings), MXFP4_WIDTH_ALIGN_DEFAULT)
+    extra = _round_up(hidden, MXFP4_HIDDEN_ALIGN) * _round_up(width, align) - hidden * width
+    experts = moe["num_experts"] // (tp if settings.get("expert_parallel") else 1)
+    layers = profile["num_hidden_layers"] - len(moe.get("dense_layers") or [])
+    return int(3 * extra * experts * max(0, layers) * bits_per_weight / 8)
+
+
 def fixed_moe_workspace(profile, settings):
     """Whether the expert kernels keep fixed buffers besides the per-batch workspace."""
     return quantized_experts(profile, settings) and moe_backend(profile, settings) != MOE_TRITON

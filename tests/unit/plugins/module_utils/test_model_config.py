@@ -224,6 +224,27 @@ def test_gpt_oss_sliding_moe_with_mxfp4():
     assert p["max_position_embeddings"] == 4096 * 32         # yarn from the original length, as vLLM derives
 
 
+GPT_OSS_120B = dict(GPT_OSS_20B, num_hidden_layers=36, num_local_experts=128,
+                    layer_types=["sliding_attention", "full_attention"] * 18)
+
+
+@pytest.mark.parametrize("gpu, backend, tp, loaded_gib", [
+    ("NVIDIA H100 80GB HBM3", None, 1, 64.38),        # OpenAI Triton kernels (vLLM 0.14.1 log)
+    ("NVIDIA H100 PCIe", "marlin", 1, 65.97),         # Marlin named by the log (vLLM 0.10.1)
+    ("NVIDIA A100-SXM4-80GB", None, 4, 17.22),        # Marlin below SM90, one rank of TP 4 (vLLM 0.10.1)
+])
+def test_mxfp4_experts_grow_by_their_kernel_padding(gpu, backend, tp, loaded_gib):
+    # "Model loading took" of gpt-oss-120b in bench/kv_corpus against the checkpoint's 60.7 GiB: the kernels pad
+    # hidden to 256 and each rank's expert width to 128 (Marlin) or 64 (Triton).
+    from ansible_collections.hy3.fleet.plugins.module_utils import engine_memory
+    from ansible_collections.hy3.fleet.plugins.module_utils.budget import nominal_weight_bytes_per_rank
+    p = model_profile(GPT_OSS_120B)
+    settings = {"gpu_name": gpu, "moe_backend": backend}
+    loaded = nominal_weight_bytes_per_rank(p, 4, tp, False) + engine_memory.expert_padding_bytes(p, tp, settings, 4.25)
+    assert abs(loaded / 2 ** 30 - loaded_gib) <= 0.2
+    assert engine_memory.expert_padding_bytes(model_profile(HY3), 1, settings, 4.25) == 0    # not MXFP4
+
+
 def test_explicit_layer_types_and_hybrid_linear_layers():
     cfg = dict(LLAMA_31_8B, num_hidden_layers=4, layer_types=["linear_attention", "linear_attention",
                                                               "linear_attention", "full_attention"],
