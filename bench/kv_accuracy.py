@@ -306,14 +306,19 @@ def robust_nnls(rows, targets, rounds=20):
     return coef
 
 
+def fit_samples(cases):
+    """(case id, fit_features rows) of every case the fit can use."""
+    samples = [(case["id"], fit_features(case)) for case in cases]
+    return [(cid, found) for cid, found in samples if found]
+
+
 def fit_rows(samples, leave_out=None):
     rows = [row for cid, found in samples for row in found if cid != leave_out]
     return [row[0] for row in rows], [row[1] for row in rows]
 
 
 def fit(cases):
-    samples = [(case["id"], fit_features(case)) for case in cases]
-    samples = [(cid, f) for cid, f in samples if f]
+    samples = fit_samples(cases)
     coef = robust_nnls(*fit_rows(samples))
     print("fitted on %d cases (weights from the engine's own line; the activation peak and the CUDA-graph estimate"
           " fixed; the non-torch line of %d of them as a row of its own):"
@@ -333,8 +338,7 @@ def fit(cases):
 
 def held_out_rows(cases):
     """Each case predicted with the scales refitted WITHOUT it: the honest out-of-sample score."""
-    samples = [(case["id"], fit_features(case)) for case in cases]
-    samples = [(cid, f) for cid, f in samples if f]
+    samples = fit_samples(cases)
     rows = []
     saved = dict(engine_memory.COPIES)
     try:

@@ -33,6 +33,8 @@ __metaclass__ = type
 
 import re
 
+from ansible_collections.hy3.fleet.plugins.module_utils import kv_layout
+
 GIB = 1024 ** 3
 MIB = 1024 ** 2
 
@@ -154,6 +156,14 @@ def default_block_size(platform, mla):
 
 def _moe(profile):
     return profile.get("moe") or None
+
+
+def _quant_method(profile):
+    return str((profile.get("quantization") or {}).get("method") or "").lower()
+
+
+def _round_up(value, multiple):
+    return kv_layout.cdiv(value, multiple) * multiple
 
 
 def _expert_split(settings, tp):
@@ -281,9 +291,8 @@ def moe_backend(profile, settings):
         return MOE_OTHER
     if not quantized_experts(profile, settings):
         return MOE_TRITON
-    quant = profile.get("quantization") or {}
-    method = str(quant.get("method") or "").lower()
-    bits = quant.get("bits", 16)
+    method = _quant_method(profile)
+    bits = (profile.get("quantization") or {}).get("bits", 16)
     if method == "mxfp4":
         # gpt-oss's MXFP4 experts (vllm/model_executor/layers/fused_moe/oracle/mxfp4.py, 0.32.0, the gpt-oss
         # priority list): FlashInfer TRT-LLM on SM100, OpenAI's Triton kernels on SM90, Marlin below.
@@ -312,15 +321,11 @@ MXFP4_WIDTH_ALIGN = {MOE_TRITON: 64}
 MXFP4_WIDTH_ALIGN_DEFAULT = 128
 
 
-def _round_up(value, multiple):
-    return -(-value // multiple) * multiple
-
-
 def expert_padding_bytes(profile, tp, settings, bits_per_weight):
     """Bytes one rank's MXFP4 experts take beyond the checkpoint's, once padded for their kernel (0 for
     other checkpoints)."""
     moe = _moe(profile)
-    if not moe or str((profile.get("quantization") or {}).get("method") or "").lower() != "mxfp4":
+    if not moe or _quant_method(profile) != "mxfp4":
         return 0
     split = _expert_split(settings, tp)
     hidden, width = profile["hidden_size"], moe["moe_intermediate_size"] // split
