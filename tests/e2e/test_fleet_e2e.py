@@ -41,14 +41,7 @@ STARTED = time.monotonic()
 def fleet(nspawn_fleet, tmp_path_factory):  # noqa: F811
     """The fleet, the tiny model in its shared data directory, and the scenario's inventory."""
     base = tmp_path_factory.mktemp("fleet-e2e")
-    model = os.path.join(nspawn_fleet.data_dir, "tiny-model")
-    if not os.path.exists(os.path.join(model, "config.json")):
-        # torch in a process of its own (see test_deploy_e2e.py)
-        run_python(TINY_MODEL, model)
-        corrupt_copy(model, os.path.join(nspawn_fleet.data_dir, "tiny-model-broken"))
-        for top, _dirs, files in os.walk(nspawn_fleet.data_dir):   # safetensors writes shards 0600; the
-            for name in files:                                       # engine's user must read them
-                os.chmod(os.path.join(top, name), 0o644)
+    write_shared_models(nspawn_fleet.data_dir)
     for host in HOSTS:
         set_gpus(nspawn_fleet, host, PROFILES[host])
     common = {
@@ -72,6 +65,19 @@ def fleet(nspawn_fleet, tmp_path_factory):  # noqa: F811
 
 def run_python(*args):
     subprocess.run([sys.executable] + list(args), check=True)
+
+
+def write_shared_models(data_dir):
+    """The tiny model and its copy with a corrupt shard in the fleet's shared data directory, once,
+    readable by the engine's user on every host."""
+    model = os.path.join(data_dir, "tiny-model")
+    if os.path.exists(os.path.join(model, "config.json")):
+        return
+    run_python(TINY_MODEL, model)        # torch in a process of its own (see test_deploy_e2e.py)
+    corrupt_copy(model, os.path.join(data_dir, "tiny-model-broken"))
+    for top, _dirs, files in os.walk(data_dir):   # safetensors writes shards 0600
+        for name in files:
+            os.chmod(os.path.join(top, name), 0o644)
 
 
 def set_gpus(fleet, host, profile):

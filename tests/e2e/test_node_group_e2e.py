@@ -19,8 +19,8 @@ from ansible_cli import run
 from fleet_fixture import IN_HOST_DATA, IN_HOST_REPO, IN_HOST_SHARE, IN_HOST_VENV, faults
 # the session fixture the scenario runs on
 from fleet_fixture import nspawn_fleet  # noqa: F401  pylint: disable=unused-import
-from test_deploy_e2e import PROFILES, TINY_MODEL, recap
-from test_fleet_e2e import run_python, set_gpus
+from test_deploy_e2e import PROFILES, recap
+from test_fleet_e2e import set_gpus, write_shared_models
 
 if os.environ.get("HY3_SKIP_E2E"):
     pytest.skip("HY3_SKIP_E2E is set", allow_module_level=True)
@@ -36,12 +36,7 @@ GROUP = "pair"
 def group(nspawn_fleet, tmp_path_factory):  # noqa: F811
     """node-b and node-c, the same GPUs (one H200 each), the tiny model, an inventory of the group."""
     base = tmp_path_factory.mktemp("node-group-e2e")
-    model = os.path.join(nspawn_fleet.data_dir, "tiny-model")
-    if not os.path.exists(os.path.join(model, "config.json")):
-        run_python(TINY_MODEL, model)
-        for top, _dirs, files in os.walk(nspawn_fleet.data_dir):
-            for name in files:
-                os.chmod(os.path.join(top, name), 0o644)
+    write_shared_models(nspawn_fleet.data_dir)
     for host in MEMBERS:
         set_gpus(nspawn_fleet, host, PROFILES["node-a"])
     state = {"fleet": nspawn_fleet, "base": base, "hosts": {h: {"hy3_node_group": GROUP} for h in MEMBERS},
