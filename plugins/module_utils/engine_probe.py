@@ -16,6 +16,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import socket
 
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 from ansible.module_utils.six.moves.urllib.request import ProxyHandler, Request, build_opener
@@ -25,15 +26,26 @@ from ansible_collections.hy3.fleet.plugins.module_utils import vllm_metrics
 _OPENER = build_opener(ProxyHandler({}))
 
 
-def get(url, timeout, headers=None):
-    """(status code, body text); status None when nothing answered (refused, timeout)."""
+NO_ANSWER, TIMED_OUT = "no_answer", "timed_out"
+
+
+def ask(url, timeout, headers=None):
+    """(status code, body text, why): code None when nothing answered, why then TIMED_OUT (something
+    listens but did not answer in time: an engine busy serving) or NO_ANSWER (refused, unreachable)."""
     try:
         response = _OPENER.open(Request(url, headers=headers or {}), timeout=timeout)
-        return response.getcode(), response.read().decode("utf-8", "replace")
+        return response.getcode(), response.read().decode("utf-8", "replace"), None
     except HTTPError as exc:
-        return exc.code, ""
-    except (URLError, OSError, ValueError):
-        return None, ""
+        return exc.code, "", None
+    except (URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return None, "", TIMED_OUT if isinstance(reason, socket.timeout) else NO_ANSWER
+
+
+def get(url, timeout, headers=None):
+    """(status code, body text); status None when nothing answered (refused, timeout)."""
+    code, body, _why = ask(url, timeout, headers)
+    return code, body
 
 
 def served_models(body):

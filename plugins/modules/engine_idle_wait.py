@@ -16,7 +16,9 @@ description:
   - Polls the engine's C(/metrics) until C(vllm:num_requests_running) and C(vllm:num_requests_waiting) are both
     0, so that a restart drops no request. Run it after taking the host out of the load balancer (the
     rollout's drain hook); requests still arriving keep it waiting.
-  - An engine that does not serve (nothing answers C(/health)) has nothing to drain and passes at once.
+  - An engine that does not serve (nothing answers C(/health)) has nothing to drain and passes at once. An engine
+    that does not answer in time is still there (busy, or hung): it is polled again, and the wait fails at
+    O(timeout) with the status V(unanswered).
   - Fails, changing nothing, when the engine is still busy after O(timeout) seconds or does not export the two
     gauges.
 author:
@@ -50,7 +52,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 status:
-  description: V(idle), V(not_serving) (nothing to drain), V(busy) (timed out) or V(no_metrics).
+  description: V(idle), V(not_serving) (nothing to drain), V(busy) (timed out), V(unanswered) (timed out, the
+    engine never answered in time) or V(no_metrics).
   returned: always
   type: str
 running:
@@ -62,7 +65,7 @@ waiting:
   returned: always
   type: int
 busy_polls:
-  description: Polls that found requests in flight before it became idle.
+  description: Polls that found requests in flight, or no answer in time, before it became idle.
   returned: always
   type: int
 waited_for_idle:
@@ -79,14 +82,21 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.hy3.fleet.plugins.module_utils import vllm_metrics
-from ansible_collections.hy3.fleet.plugins.module_utils.engine_probe import get
+from ansible_collections.hy3.fleet.plugins.module_utils.engine_probe import TIMED_OUT, ask
+
+ANSWER_SECONDS = 5
 
 
 def poll(base):
-    """(status, load): status idle, busy, not_serving or no_metrics."""
-    code, body = get(base + "/metrics", 5)
+    """(status, load): status idle, busy, unanswered, not_serving or no_metrics.
+
+    An engine that takes longer than ANSWER_SECONDS to answer is still there, most likely busy with the
+    very requests the drain waits for (a loaded CPU host): it is polled again, never taken for gone."""
+    code, body, why = ask(base + "/metrics", ANSWER_SECONDS)
     if code != 200:
-        health, _body = get(base + "/health", 5)
+        health, _body, health_why = ask(base + "/health", ANSWER_SECONDS)
+        if TIMED_OUT in (why, health_why) and health != 200:
+            return "unanswered", vllm_metrics.load("")
         return ("not_serving" if health != 200 else "no_metrics"), vllm_metrics.load("")
     load = vllm_metrics.load(body)
     if load["running"] is None or load["waiting"] is None:
@@ -94,12 +104,15 @@ def poll(base):
     return ("idle" if vllm_metrics.idle(load) else "busy"), load
 
 
+BUSY = ("busy", "unanswered")
+
+
 def wait_idle(base, timeout, interval, clock=time.monotonic, sleep=time.sleep):
     started = clock()
     busy_polls = 0
     while True:
         status, load = poll(base)
-        if status != "busy" or clock() - started >= timeout:
+        if status not in BUSY or clock() - started >= timeout:
             return dict(load, status=status, busy_polls=busy_polls, waited_for_idle=round(clock() - started, 1))
         busy_polls += 1
         sleep(interval)
@@ -110,6 +123,10 @@ def describe(result, timeout):
         return "the engine is idle (no running or waiting request) after %.1f s" % result["waited_for_idle"]
     if result["status"] == "not_serving":
         return "the engine does not serve: no request to drain"
+    if result["status"] == "unanswered":
+        return ("the engine did not answer /metrics or /health within %d s for %d s; nothing was changed and the "
+                "engine was not restarted. Next step: see why the engine hangs (journalctl, the host's load), or "
+                "set hy3_roll_drain_timeout to 0 to restart it without waiting" % (ANSWER_SECONDS, timeout))
     if result["status"] == "no_metrics":
         return ("the engine serves but its /metrics has no vllm:num_requests_running/waiting, so it cannot be "
                 "drained safely; nothing was changed. Next step: serve with the metrics endpoint (vLLM has it by "
@@ -128,7 +145,7 @@ def main():
     )
     result = wait_idle(module.params["url"].rstrip("/"), module.params["timeout"], module.params["interval"])
     result["msg"] = describe(result, module.params["timeout"])
-    if result["status"] in ("busy", "no_metrics"):
+    if result["status"] in BUSY + ("no_metrics",):
         module.fail_json(**result)
     module.exit_json(changed=False, **result)
 

@@ -321,8 +321,9 @@ def test_a_wave_of_two_rolls_together_and_waits_for_the_request_in_flight(fleet,
     fleet["inventory"] = write_inventory(fleet, "inventory.yml")
     assert proc.stdout.count("PLAY [Roll the hosts that change, in waves]") == 1     # one wave, both hosts
     assert [(r["host"], r["outcome"]) for r in report(fleet)] == [("node-a", "rolled"), ("node-b", "rolled")]
-    busy = [int(n) for n in re.findall(r'"busy_polls": (\d+)', proc.stdout)]
-    assert max(busy) >= 1, proc.stdout[-6000:]                       # node-a waited while its request ran
+    waits = dict(re.findall(r'^ok: \[(node-\w)\] => (\{"busy_polls".*)$', proc.stdout, re.M))
+    node_a = json.loads(waits["node-a"])
+    assert node_a["status"] == "idle" and node_a["busy_polls"] >= 1, waits     # node-a waited while its requests ran
     assert stream_result(fleet, "node-a") == [900] * STREAMS            # ... which finished whole
     assert os.path.exists(os.path.join(fleet["fleet"].share_dir("node-a"), "undrained"))
     assert all(unit_state(fleet, h)["MainPID"] != pids[h] for h in pids)

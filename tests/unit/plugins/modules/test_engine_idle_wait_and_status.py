@@ -4,6 +4,7 @@ import hashlib
 import json
 import os
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -16,11 +17,15 @@ class Engine(BaseHTTPRequestHandler):
     running = 0
     metrics = True
     polls = 0
+    slow_polls = 0      # polls answered only after SLOW seconds (a host busy serving)
 
     def log_message(self, *args):
         pass
 
     def do_GET(self):
+        if Engine.slow_polls and self.path in ("/metrics", "/health"):
+            Engine.slow_polls -= 1 if self.path == "/health" else 0
+            time.sleep(SLOW)
         if self.path == "/metrics" and Engine.metrics:
             Engine.polls += 1
             if Engine.polls > 2:            # the requests in flight end after two polls
@@ -40,9 +45,13 @@ class Engine(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
+SLOW = 0.5
+
+
 @pytest.fixture()
-def engine():
-    Engine.running, Engine.metrics, Engine.polls = 0, True, 0
+def engine(monkeypatch):
+    Engine.running, Engine.metrics, Engine.polls, Engine.slow_polls = 0, True, 0, 0
+    monkeypatch.setattr(engine_idle_wait, "ANSWER_SECONDS", SLOW / 5)
     server = ThreadingHTTPServer(("127.0.0.1", 0), Engine)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -65,6 +74,20 @@ def test_busy_past_the_timeout_fails_and_says_nothing_changed(engine):
     Engine.running, Engine.polls = 1, -10 ** 6
     out = run_module(engine_idle_wait.main, {"url": url(engine), "timeout": 0, "interval": 0.05})
     assert out.failed and out.result["status"] == "busy" and out.result["running"] == 1
+    assert "nothing was changed and the engine was not restarted" in out.result["msg"]
+
+
+def test_an_engine_too_busy_to_answer_in_time_is_waited_for_not_taken_for_gone(engine):
+    Engine.running, Engine.slow_polls = 1, 2
+    out = run_module(engine_idle_wait.main, {"url": url(engine), "timeout": 30, "interval": 0.05})
+    assert not out.failed and out.result["status"] == "idle" and out.result["busy_polls"] >= 2
+
+
+def test_an_engine_that_never_answers_in_time_fails_the_wait_and_changes_nothing(engine):
+    Engine.slow_polls = 10 ** 6
+    out = run_module(engine_idle_wait.main, {"url": url(engine), "timeout": 0, "interval": 0.05})
+    assert out.failed and out.result["status"] == "unanswered"
+    assert "did not answer /metrics or /health" in out.result["msg"]
     assert "nothing was changed and the engine was not restarted" in out.result["msg"]
 
 
