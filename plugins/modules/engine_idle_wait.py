@@ -17,7 +17,7 @@ description:
     0, so that a restart drops no request. Run it after taking the host out of the load balancer (the
     rollout's drain hook); requests still arriving keep it waiting.
   - An engine that does not serve (nothing answers C(/health)) has nothing to drain and passes at once. An engine
-    that does not answer in time is still there (busy, or hung): it is polled again, and the wait fails at
+    that does not answer in time is still there (busy, or hung), so it is polled again, and the wait fails at
     O(timeout) with the status V(unanswered).
   - Fails, changing nothing, when the engine is still busy after O(timeout) seconds or does not export the two
     gauges.
