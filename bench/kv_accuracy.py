@@ -11,8 +11,9 @@ prints per case the predicted and the engine's KV GiB and tokens and the start v
   * the same after leave-one-out calibration by key (a case borrows the overhead measured on another
     case with the same GPU, engine version, model, tp, max_num_batched_tokens, max_num_seqs,
     enforce_eager and KV dtype: what the calibration store does across a fleet);
-  * with --fit, the least-squares copy counts of the activation terms (engine_memory.COPIES), and
-    their leave-one-out accuracy, so a refit is judged on cases it did not see.
+  * with --fit, the least-squares amounts of the terms still fitted (engine_memory.COPIES: the runtime's
+    and the tensor-parallel buffers'), and their leave-one-out accuracy, so a refit is judged on cases it
+    did not see.
 
 Usage: .venv/bin/python bench/kv_accuracy.py [--cases DIR] [--fit] [--json OUT]
 """
@@ -224,19 +225,19 @@ def leave_one_out_calibrated(cases):
     return rows
 
 
-FIT_TERMS = ("runtime", "tensor_parallel", "tensor_parallel_early", "moe_workspace", "moe_workspace_quantized",
-             "quantized_moe_fixed")
-FIXED_TERMS = ("runtime", "tensor_parallel", "tensor_parallel_early", "quantized_moe_fixed")    # fitted in GiB
+FIT_TERMS = ("runtime", "tensor_parallel", "tensor_parallel_early")
 # The V1 engine (the default from v0.8) measures its non-torch growth per process; older engines measured it
 # device-wide (before vLLM PR #10511), so their "non-torch" line is not a row of the fit.
 PER_PROCESS_NON_TORCH_SINCE = (0, 8, 0)
 
 
 def fit_features(case):
-    """The fitted terms' unscaled features of one case and what they must add up to (GiB): one row for
-    the overhead its engine took beyond the activation peak and the CUDA-graph estimate (both fixed: the
-    sampler's bytes per element and the forward's scale are measured on the logs' own "torch peak memory
-    increase" lines), and, where the engine printed it, one row for its "non-torch" growth alone."""
+    """The fitted amounts' features of one case (1 where an amount applies: the runtime's, the tensor-parallel
+    buffers' on engines that count them in full or early) and what they must add up to (GiB): one row for the
+    overhead its engine took beyond the known terms (the activation peak and the sampler state, measured on
+    the logs' own "torch peak memory increase" lines; the expert kernels' buffers, from their shapes; the
+    CUDA-graph estimate; the PCIe boards' set amount), and, where the engine printed it, one row for its
+    "non-torch" growth alone."""
     result = predict(case, weights_from_log=True)
     table = result["budget_bytes"]
     if table.get("stages"):
@@ -246,31 +247,20 @@ def fit_features(case):
     measured = calibration.measure(engine_lines(case), table)
     if measured["status"] != calibration.MEASURED:
         return None
-    profile = model_profile(case["model"]["config"], source=case["id"])
-    settings = dict(result["engine"], max_num_seqs=result["max_num_seqs"],
-                    expert_parallel=bool(case["settings"].get("enable_expert_parallel")),
-                    moe_backend=case["settings"].get("moe_backend"))
-    tp = result["tensor_parallel_size"]
-    saved = dict(engine_memory.COPIES)
-    try:
-        for name in ("moe_workspace", "moe_workspace_quantized"):
-            engine_memory.COPIES[name] = 1.0
-        quantized = engine_memory.quantized_experts(profile, settings)
-        fixed_workspace = engine_memory.fixed_moe_workspace(profile, settings)
-        moe = engine_memory.moe_workspace_bytes(profile, tp, settings)
-        version = engine_memory.parse_version(settings.get("version")) or (0, 32, 0)
-        counted = tp > 1 and version >= engine_memory.LAZY_NCCL_COUNTED_SINCE
-        late = version >= engine_memory.BASELINE_MOVED_SINCE
-        non_torch_features = [GIB, GIB if counted and late else 0, GIB if counted and not late else 0]
-        features = non_torch_features + [0 if quantized else moe, moe if quantized else 0,
-                                         GIB if fixed_workspace else 0]
-    finally:
-        engine_memory.COPIES.update(saved)
-    known = (table["cudagraph"] or 0) + table["activation_peak"]
-    rows = [([f / GIB for f in features], (measured["overhead_bytes"] - known) / GIB)]
+    engine = result["engine"]
+    version = engine_memory.parse_version(engine.get("version")) or (0, 32, 0)
+    counted = result["tensor_parallel_size"] > 1 and version >= engine_memory.LAZY_NCCL_COUNTED_SINCE
+    pcie_gib = engine_memory.COPIES["tensor_parallel_pcie"] / GIB if counted and not engine_memory.nvlink_board(
+        engine.get("gpu_name")) else 0
+    counted = counted and not pcie_gib
+    late = version >= engine_memory.BASELINE_MOVED_SINCE
+    features = [1.0, 1.0 if counted and late else 0.0, 1.0 if counted and not late else 0.0]
+    known = ((table["cudagraph"] or 0) + table["activation_peak"] + (table["sampler_state"] or 0)
+             + table["moe_workspace"]) / GIB + pcie_gib
+    rows = [(features, measured["overhead_bytes"] / GIB - known)]
     non_torch = ((case["engine_reported"].get("profile_breakdown") or {}).get("non_torch_increase_gib"))
-    if non_torch is not None and version >= PER_PROCESS_NON_TORCH_SINCE and not fixed_workspace:
-        rows.append(([f / GIB for f in non_torch_features + [0, 0, 0]], non_torch))
+    if non_torch is not None and version >= PER_PROCESS_NON_TORCH_SINCE:
+        rows.append((features, non_torch - pcie_gib))
     return rows
 
 
@@ -320,12 +310,11 @@ def fit_rows(samples, leave_out=None):
 def fit(cases):
     samples = fit_samples(cases)
     coef = robust_nnls(*fit_rows(samples))
-    print("fitted on %d cases (weights from the engine's own line; the activation peak and the CUDA-graph estimate"
-          " fixed; the non-torch line of %d of them as a row of its own):"
+    print("fitted on %d cases (weights from the engine's own line; the activation peak, the sampler state, the"
+          " expert buffers and the CUDA-graph estimate fixed; the non-torch line of %d of them as a row of its own):"
           % (len(samples), sum(1 for cid, f in samples if len(f) > 1)))
     for name, value in zip(FIT_TERMS, coef):
-        unit = " GiB" if name in FIXED_TERMS else " x"
-        print("  %-24s %.3f%s" % (name, value, unit))
+        print("  %-24s %.3f GiB" % (name, value))
     errors = []
     for cid, found in samples:
         held = robust_nnls(*fit_rows(samples, leave_out=cid))
@@ -345,7 +334,7 @@ def held_out_rows(cases):
         for case in cases:
             coef = robust_nnls(*fit_rows(samples, leave_out=case["id"]))
             for name, value in zip(FIT_TERMS, coef):
-                engine_memory.COPIES[name] = value * GIB if name in FIXED_TERMS else value
+                engine_memory.COPIES[name] = value * GIB
             rows.append(score(case, predict(case, weights_from_log=True)))
     finally:
         engine_memory.COPIES.update(saved)

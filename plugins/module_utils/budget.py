@@ -23,6 +23,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import math
+import re
 
 from ansible_collections.hy3.fleet.plugins.module_utils import calibration, engine_memory, kv_layout
 from ansible_collections.hy3.fleet.plugins.module_utils.model_config import FLOAT4_BLOCK
@@ -92,22 +93,57 @@ def effective_bits(bits, quantization):
     return float(bits)
 
 
-def kept_attention_params(profile, bits):
-    """Attention parameters a quantized checkpoint keeps in 16 bits: all of them where its quantization
-    config leaves attention out (gpt-oss's MXFP4 experts), none otherwise."""
-    ignored = (profile.get("quantization") or {}).get("ignored_layers") or []
-    if bits >= 16 or not any("attn" in name for name in ignored):
+# The module families a quantization config's ignore list can keep in 16 bits, told by the words their names
+# carry: compressed-tensors' "re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"
+# (Kimi-K2.x: only the routed experts are int4), gpt-oss's "model.layers.*.self_attn" (only the experts are MXFP4).
+# A router gate ("mlp.gate", "mlp.router") names no projection and keeps nothing worth counting.
+KEPT_FAMILIES = (
+    ("attention", lambda name: "attn" in name),
+    ("shared_experts", lambda name: "shared_expert" in name),
+    ("dense_mlp", lambda name: "mlp" in name and "proj" in name and "expert" not in name),
+)
+LAYER_INDEX = re.compile(r"layers\.(\d+)\.")
+
+
+def _family_layers(profile, family):
+    """The decoder layers that hold a family's modules."""
+    layers = range(profile["num_hidden_layers"])
+    dense = set((profile.get("moe") or {}).get("dense_layers") or []) if profile.get("moe") else set(layers)
+    if family == "shared_experts":
+        return [i for i in layers if i not in dense]
+    return [i for i in layers if i in dense] if family == "dense_mlp" else list(layers)
+
+
+def _kept_share(profile, family, names):
+    """The share of a family's layers the ignore list keeps: all of them when a pattern or a bare name
+    names it, else the layers its module names carry ("model.layers.0.self_attn.q_proj": layer 0 only)."""
+    layers = _family_layers(profile, family)
+    if not names or not layers:
+        return 0.0
+    indexed = [LAYER_INDEX.search(name) for name in names]
+    if any(match is None or name.startswith("re:") or "*" in name for name, match in zip(names, indexed)):
+        return 1.0
+    return len({int(match.group(1)) for match in indexed} & set(layers)) / float(len(layers))
+
+
+def kept_16bit_params(profile, bits):
+    """Parameters a quantized checkpoint keeps in 16 bits besides the embeddings: the share of each family
+    of KEPT_FAMILIES its quantization config's ignore list names (none for an unquantized tier)."""
+    ignored = [name.lower() for name in (profile.get("quantization") or {}).get("ignored_layers") or []]
+    if bits >= 16 or not ignored:
         return 0
-    return profile["params"].get("attention") or 0
+    params = profile["params"]
+    return int(sum((params.get(family) or 0) * _kept_share(profile, family, [n for n in ignored if named(n)])
+                   for family, named in KEPT_FAMILIES))
 
 
 def nominal_weight_bytes_per_rank(profile, bits, tp, load_mtp):
     """The floor of one rank's weights from the parameter counts: every expert is resident, the
-    embeddings and lm_head and the attention a quantizer left out (kept_attention_params) stay 16 bit,
+    embeddings and lm_head and the modules a quantizer left out (kept_16bit_params) stay 16 bit,
     everything split by tp."""
     params = profile["params"]
     total = params["total"] + (params.get("mtp") or 0 if load_mtp else 0)
-    kept = min((params.get("embedding") or 0) + kept_attention_params(profile, bits), total)
+    kept = min((params.get("embedding") or 0) + kept_16bit_params(profile, bits), total)
     quantized = (total - kept) * effective_bits(bits, profile.get("quantization")) / 8
     return int((quantized + kept * 2) // tp)
 
@@ -146,9 +182,9 @@ def stage_shares(profile, pp, load_mtp):
 def stage_weight_bytes(profile, bits, tp, share, load_mtp):
     """(nominal bytes of one rank of this stage, its fraction of the whole model's nominal bytes): the
     quantized layers at the tier's bits, embedding and LM head at 16 bits, as nominal_weight_bytes_per_rank."""
-    attention = kept_attention_params(profile, bits) * share["layers"] / float(profile["num_hidden_layers"])
-    stage = ((share["params"] - attention) * effective_bits(bits, profile.get("quantization")) / 8
-             + (attention + share["vocab_params"]) * 2)
+    kept = kept_16bit_params(profile, bits) * share["layers"] / float(profile["num_hidden_layers"])
+    stage = ((share["params"] - kept) * effective_bits(bits, profile.get("quantization")) / 8
+             + (kept + share["vocab_params"]) * 2)
     whole = nominal_weight_bytes_per_rank(profile, bits, 1, load_mtp)
     return int(stage // tp), stage / float(whole)
 
@@ -290,6 +326,7 @@ def evaluate_stage(state, ctx, share, overhead):
         "weights_padding": padding,
         "weights": weights,
         "activation_peak": lines.get("activation_peak"),
+        "sampler_state": lines.get("sampler_state"),
         "moe_workspace": lines.get("moe_workspace"),
         "non_torch": lines.get("non_torch"),
         "cudagraph": lines.get("cudagraph"),

@@ -13,16 +13,19 @@ vLLM (V1) sizes the KV cache per rank as (vllm/v1/worker/gpu_worker.py, determin
     KV = ceil(total x gpu_memory_utilization)
          - weights                       ("Model loading took X GiB")
          - profile-run activation peak   (a dummy forward of max_num_batched_tokens tokens, then the
-                                          sampler over max_num_seqs rows of fp32 logits)
+                                          sampler over max_num_seqs rows of the vocabulary)
+         - sampler state                 (model runner V2's per-request buffers, from v0.29)
+         - expert kernels' buffers       (by the kernel vLLM picks: moe_backend, moe_workspace_bytes)
          - non-torch growth              (NCCL / all-reduce buffers with tp > 1, cuBLAS workspaces)
          - CUDA-graph estimate           (only where the engine counts it before the KV cache:
-                                          on by default since about v0.21; 0 with enforce_eager)
+                                          on by default from v0.20; 0 with enforce_eager)
 
 Each term below is physics: bytes of tensors of known shapes, times a small number of live copies.
-The sampler's bytes per element and the forward's scale (COPIES) are measured on the "torch peak memory
-increase" lines of real startup logs; the fixed amounts and the MoE workspace scales were fitted on them
-(bench/kv_accuracy.py --fit prints the fit); everything else comes from the model's config.json and the
-engine's settings.
+The expert kernels' buffers have the shapes vLLM's source gives them (the PyPI wheels of 0.10.1 - 0.30.0,
+cited where used); the sampler's bytes per element and the forward's scale (COPIES) are measured on the
+"torch peak memory increase" lines of real startup logs; only the runtime's and the tensor-parallel
+buffers' amounts are fitted (bench/kv_accuracy.py --fit prints the fit); everything else comes from the
+model's config.json and the engine's settings.
 The engine's defaults that change these terms depend on its version and on the GPU, so both are
 inputs (engine_defaults).
 """
@@ -51,20 +54,17 @@ COPIES = {
     "sampler_bytes_legacy": 38.4,     # the same before v0.17, whose dummy sampler run cloned the logits
                                       # and sorted them (v0.11 - v0.16 logs: 38.4 - 38.5 bytes)
     "transient": 1.0,          # scale of the forward's transient peak (forward-bound logs: 0.92 - 1.07)
-    "moe_workspace": 0.98,     # scale of the fused-MoE workspace (unquantized experts)
-    "moe_workspace_quantized": 0.93,   # the same for fp8 / int4 experts: their kernels keep a second
-                                      # buffer of the same shape (activation quantization, scales)
-    "quantized_moe_fixed": 1.64 * GIB,  # fixed buffers of the quantized expert kernels other than
-                                        # Triton's (CUTLASS / FlashInfer / Marlin), one rank
     "runtime": 0.27 * GIB,    # non-torch growth of one rank in the profile run: cuBLAS / cuDNN workspaces,
                               # model-runner buffers (fitted; single-GPU v0.18 - v0.19 logs print "non-torch
                               # forward increase memory" 0.24 - 0.26 GiB, v0.11 - v0.17 logs 0.13 - 0.14 and
                               # v0.7 logs 0.25 - 0.30: one amount, not worth a version boundary)
-    "tensor_parallel": 1.90 * GIB,    # NCCL / all-reduce buffers first touched in the profile (tp > 1), on
+    "tensor_parallel": 1.94 * GIB,    # NCCL / all-reduce buffers first touched in the profile (tp > 1), on
                                       # engines that count them in full (BASELINE_MOVED_SINCE; v0.19 TP 2 and
                                       # TP 4 logs: non-torch 2.06 - 2.21 GiB against 0.25 at TP 1)
-    "tensor_parallel_early": 0.25 * GIB,  # the share v0.11 - v0.17 engines count (fitted: the v0.11.0 TP 2
+    "tensor_parallel_early": 0.43 * GIB,  # the share v0.11 - v0.17 engines count (fitted: the v0.11.0 TP 2
                                           # profiling lines alone give 0.4, the v0.15.1 TP 4 / TP 8 totals less)
+    "tensor_parallel_pcie": 0.10 * GIB,  # the same between PCIe boards (nvlink_board): NCCL's channels alone
+                                         # (estimated from its buffer sizes; no corpus log measures it)
     "graph_per_layer": 0.23 * MIB,    # each captured graph, per decoder layer: the piecewise graph's
                                       # per-layer pieces and their static buffers (median of the
                                       # "Estimated CUDA graph memory" lines in bench/kv_corpus)
@@ -98,6 +98,18 @@ FUSED_MOE_UNCHUNKED_SINCE = (0, 18, 0)
 # 0.5 - 1.9 GiB estimates (tests/unit/bench/test_kv_corpus.py). A write-up that blames a 0.19 KV shrink on
 # the graph estimate is not evidence that 0.19 deducts it.
 CUDAGRAPH_COUNTED_SINCE = (0, 20, 0)
+# Hopper's block-fp8 experts run on Triton under plain tensor parallelism from this version (first in
+# 0.17.0's fused_moe/oracle/fp8.py _get_priority_backends; 0.15.1 and 0.16.0 take FlashInfer CUTLASS first).
+FP8_BLOCK_TRITON_SINCE = (0, 17, 0)
+# OpenAI's Triton MXFP4 kernels ship inside the vLLM wheel (vllm.third_party.triton_kernels) from this version.
+TRITON_KERNELS_BUNDLED_SINCE = (0, 14, 0)
+# Integer weight-only Marlin experts run as the modular kernel from these versions (compressed-tensors
+# WNA16: 0.23.0's make_wna16_moe_kernel; GPTQ-Marlin: 0.20.0; both called fused_marlin_moe directly before).
+MARLIN_MODULAR_SINCE = (0, 23, 0)
+MARLIN_MODULAR_GPTQ_SINCE = (0, 20, 0)
+# vLLM's model runner V2 runs every model from 0.29 (vllm/config/vllm.py use_v2_model_runner; 0.22 - 0.28 ran it
+# for listed architectures only, and gpt-oss still on V1 at 0.28).
+MODEL_RUNNER_V2_SINCE = (0, 29, 0)
 # vLLM gives >= 160 GiB cards (B200, B300) the largest batch defaults from this version on.
 LARGEST_BATCH_TIER_SINCE = (0, 28, 0)
 # The largest batch captured in a CUDA graph by default: min(2 x max_num_seqs, this) (1024 on SM100).
@@ -198,14 +210,35 @@ def forward_bytes(profile, tp, tokens, act_bytes=2):
     return int(tokens * per_token + router)
 
 
-def sampler_bytes(profile, tokens, rows, version=None, act_bytes=2):
+def model_runner_v2(version):
+    """Whether the engine runs vLLM's model runner V2 for every model (MODEL_RUNNER_V2_SINCE)."""
+    return (parse_version(version) or (0, 32, 0)) >= MODEL_RUNNER_V2_SINCE
+
+
+def sampler_bytes(profile, tokens, rows, version=None, act_bytes=2, tp=1):
     """The sampler phase: fp32 logits, probabilities and top-k/top-p buffers over the full vocabulary
     (vocab-parallel logits are gathered on every rank), with the forward's hidden states alive. The
-    logits come out in the model's dtype first, so an fp32 model holds 2 more bytes per element."""
+    logits come out in the model's dtype first, so an fp32 model holds 2 more bytes per element.
+    Model runner V2's dummy requests sample greedily (an argmax over the model-dtype logits: no fp32 copy,
+    no probabilities, vllm/v1/worker/gpu/model_runner.py _dummy_sampler_run, 0.29 - 0.30), so its phase
+    holds the logits alone, gathered over tp ranks (2 + 1/tp copies while the all-gather runs)."""
+    hidden_states = tokens * profile["hidden_size"] * act_bytes
+    if model_runner_v2(version):
+        copies = 1 if tp <= 1 else 2 + 1.0 / tp
+        return int(hidden_states + copies * act_bytes * rows * profile["vocab_size"])
     ver = parse_version(version) or (0, 32, 0)
     legacy = LEGACY_SAMPLER_SINCE <= ver < LEAN_SAMPLER_SINCE
     per_element = COPIES["sampler_bytes_legacy" if legacy else "sampler_bytes"] + (act_bytes - 2)
-    return int(tokens * profile["hidden_size"] * act_bytes + per_element * rows * profile["vocab_size"])
+    return int(hidden_states + per_element * rows * profile["vocab_size"])
+
+
+def sampler_state_bytes(profile, max_num_seqs, version=None):
+    """Model runner V2's per-request sampling state, allocated at load and kept (penalties' output_bin_counts
+    int32 [seqs, vocab], prompt_bin_mask and the structured-output grammar_bitmask, one bit each: 4.25 bytes
+    a (seq x vocab) element; sample/penalties.py and structured_outputs.py, 0.29 - 0.30); 0 before V2."""
+    if not model_runner_v2(version):
+        return 0
+    return int(4.25 * max_num_seqs * profile["vocab_size"])
 
 
 def transient_peak_bytes(profile, tp, max_num_batched_tokens, max_num_seqs, version=None, act_bytes=2,
@@ -220,29 +253,69 @@ def transient_peak_bytes(profile, tp, max_num_batched_tokens, max_num_seqs, vers
     rows = min(max_num_seqs, max_num_batched_tokens)
     peak = COPIES["transient"] * forward_bytes(profile, tp, max_num_batched_tokens, act_bytes)
     if sampler:
-        peak = max(peak, sampler_bytes(profile, max_num_batched_tokens, rows, version, act_bytes))
+        peak = max(peak, sampler_bytes(profile, max_num_batched_tokens, rows, version, act_bytes, tp))
     return int(peak)
 
 
 def moe_workspace_bytes(profile, tp, settings, act_bytes=2):
-    """The fused-MoE workspace: one process-wide buffer sized for the whole batch (0.32 has no
-    chunking; public logs of 0.20 and 0.25 grow with max_num_batched_tokens past 16K too), kept
-    after the profile run, so it comes off the KV cache.
-    Triton experts: tokens x top_k x [max(I, hidden) + max(2 I, hidden)] in the activation dtype,
-    I being the expert's intermediate size on this rank."""
+    """The expert kernels' buffers over one batch of max_num_batched_tokens tokens, by kernel family
+    (moe_backend), on one rank. Before FUSED_MOE_UNCHUNKED_SINCE the modular kernels (Triton, FlashInfer)
+    worked in chunks of FUSED_MOE_CHUNK_TOKENS tokens under tensor parallelism; Marlin's path never did."""
     moe = _moe(profile)
     if not moe:
         return 0
     tokens = settings["max_num_batched_tokens"]
-    version = parse_version(settings.get("version")) or (0, 32, 0)
-    if version < FUSED_MOE_UNCHUNKED_SINCE and not settings.get("expert_parallel"):
-        tokens = min(tokens, FUSED_MOE_CHUNK_TOKENS)
     inter = moe["moe_intermediate_size"] // _expert_split(settings, tp)
-    hidden = profile["hidden_size"]
-    routed = tokens * moe["num_experts_per_tok"]
-    workspace = routed * (max(inter, hidden) + max(2 * inter, hidden)) * act_bytes
-    scale = COPIES["moe_workspace_quantized" if quantized_experts(profile, settings) else "moe_workspace"]
-    return int(scale * workspace)
+    hidden, top_k = profile["hidden_size"], moe["num_experts_per_tok"]
+    version = parse_version(settings.get("version")) or (0, 32, 0)
+    chunk = tokens
+    if version < FUSED_MOE_UNCHUNKED_SINCE and not settings.get("expert_parallel"):
+        chunk = min(tokens, FUSED_MOE_CHUNK_TOKENS)
+    backend = moe_backend(profile, settings) if quantized_experts(profile, settings) else MOE_TRITON
+    if backend == MOE_MARLIN:
+        return marlin_workspace_bytes(tokens, top_k, inter, hidden, act_bytes, marlin_modular(profile, settings))
+    if backend == MOE_FLASHINFER_CUTLASS:
+        local_experts = moe["num_experts"] // (tp if settings.get("expert_parallel") else 1)
+        return flashinfer_cutlass_workspace_bytes(tokens, chunk, top_k, inter, hidden, local_experts)
+    # Triton experts (and, for want of their own shapes, vLLM's CUTLASS and the other families):
+    # TritonExperts.workspace_shapes (0.19, 0.20, 0.29 experts/triton_moe.py), chunk x top_k x max(I, hidden),
+    # sharing its buffer with the chunk x hidden output, and chunk x top_k x max(2 I, hidden), in the
+    # activation dtype, kept in vLLM's WorkspaceManager
+    routed = chunk * top_k
+    return int((max(routed * max(inter, hidden), chunk * hidden) + routed * max(2 * inter, hidden)) * act_bytes)
+
+
+def marlin_workspace_bytes(tokens, top_k, inter, hidden, act_bytes=2, modular=False):
+    """Marlin's expert buffers over one batch; the Marlin path is never chunked, and its own workspace (a few
+    int32 a streaming multiprocessor) is negligible: no fixed buffer.
+    Direct (fused_marlin_moe._fused_marlin_moe, 0.15.1 - 0.22): the gate/up output, reused for the down
+    projection's, tokens x top_k x max(2 I, hidden); the activation's, tokens x top_k x I; the output,
+    tokens x hidden (not in place on torch >= 2.9).
+    Modular (MarlinExperts.workspace_shapes, the same in 0.15.1, 0.19, 0.25.1 and 0.29): tokens x top_k x
+    max(I, hidden), sharing its buffer with the tokens x hidden output, and tokens x top_k x max(2 I, hidden);
+    plus the forward's own tokens x hidden output (modular_kernel empty_like)."""
+    routed = tokens * top_k
+    if modular:
+        elements = max(routed * max(inter, hidden), tokens * hidden) + routed * max(2 * inter, hidden) + tokens * hidden
+    else:
+        elements = routed * (max(2 * inter, hidden) + inter) + tokens * hidden
+    return int(elements * act_bytes)
+
+
+def flashinfer_cutlass_workspace_bytes(tokens, chunk, top_k, inter, hidden, local_experts):
+    """FlashInfer's CUTLASS fused MoE over one chunk of tokens (fp8 experts), allocated through torch on
+    every call (flashinfer 0.6.6 cutlass_fused_moe_kernels.cuh getWorkspaceDeviceBufferSizes, with the fp8
+    block-scale GEMM's own workspace): the permuted fp8 activations and their scales, the first GEMM's
+    output (2 I wide) and the second's input, 16 bytes of routing a row, 4 bytes an expert a token; plus
+    vLLM's own output buffer, chunk + tokens rows of hidden when chunked, else tokens
+    (FlashInferExperts._allocate_buffers in 0.15.1)."""
+    internal = chunk * top_k * (3 * hidden + hidden // 32 + 4 * inter + 16) + 4 * local_experts * chunk
+    output = 2 * hidden * (chunk + tokens if chunk < tokens else tokens)
+    return int(internal + output)
+
+
+def marlin_experts(profile, settings):
+    return quantized_experts(profile, settings) and moe_backend(profile, settings) == MOE_MARLIN
 
 
 def quantized_experts(profile, settings):
@@ -257,6 +330,7 @@ GPU_CAPABILITY = (("b300", (10, 3)), ("gb300", (10, 3)), ("b200", (10, 0)), ("gb
                   ("4060", (8, 9)), ("ada", (8, 9)), ("a100", (8, 0)), ("a800", (8, 0)), ("a30", (8, 0)),
                   ("a10", (8, 6)), ("a40", (8, 6)), ("a5000", (8, 6)), ("a6000", (8, 6)), ("3090", (8, 6)))
 MOE_TRITON, MOE_FLASHINFER_CUTLASS, MOE_MARLIN, MOE_OTHER = "triton", "flashinfer_cutlass", "marlin", "other"
+MOE_VLLM_CUTLASS = "vllm_cutlass"
 
 
 def gpu_capability(gpu_name):
@@ -268,46 +342,95 @@ def gpu_capability(gpu_name):
 
 
 def moe_backend(profile, settings):
-    """The expert kernel family vLLM runs, which decides whether a fixed workspace is kept.
+    """The expert kernel family vLLM runs, which decides the shape of its buffers (moe_workspace_bytes).
 
     A backend the engine printed ("Using TRITON Fp8 MoE backend") wins (settings moe_backend).
-    Otherwise, from the checkpoint and the GPU:
-      * unquantized experts: the Triton fused_moe kernel (vllm/model_executor/layers/fused_moe/fused_moe.py);
-      * integer weight-only experts (compressed-tensors / AWQ / GPTQ W4A16, W8A16): Marlin MoE
-        (CompressedTensorsWNA16MarlinMoEMethod, fused_marlin_moe);
-      * fp8 experts on a GPU without fp8 tensor cores (compute capability < 8.9): fp8 Marlin (W8A16);
-        on SM90 / SM100: FlashInfer CUTLASS (the fp8 MoE oracle's pick, printed as FLASHINFER_CUTLASS
-        in public v0.15.1 and v0.19.0 write-ups; VLLM_USE_FLASHINFER_MOE_FP8=0 turns it back to Triton);
-        on SM89: Triton (FlashInfer's CUTLASS fp8 MoE needs SM90+);
-      * mxfp4 experts: OpenAI's Triton kernels on SM90 (no fixed buffers), FlashInfer on SM100, Marlin below;
-      * nvfp4 experts: their CUTLASS / TRT-LLM kernels.
-    The Triton kernel allocates only per-batch workspace (moe_workspace_bytes); the other families keep
-    fixed buffers besides it (COPIES["quantized_moe_fixed"])."""
+    Otherwise, from the checkpoint, the GPU and the engine version (sources in each branch's helper):
+      * unquantized experts: Triton (TritonExperts);
+      * integer weight-only experts (compressed-tensors / AWQ / GPTQ W4A16, W8A16): Marlin;
+      * fp8 experts: _fp8_moe_backend;
+      * MXFP4 experts (gpt-oss): _mxfp4_moe_backend;
+      * other 4-bit float experts (NVFP4): their CUTLASS / TRT-LLM kernels (MOE_OTHER)."""
     stated = str(settings.get("moe_backend") or "").lower()
     if stated:
-        for word, backend in (("triton", MOE_TRITON), ("marlin", MOE_MARLIN), ("cutlass", MOE_FLASHINFER_CUTLASS)):
+        for word, backend in (("triton", MOE_TRITON), ("marlin", MOE_MARLIN), ("flashinfer_cutlass", MOE_FLASHINFER_CUTLASS),
+                              ("cutlass", MOE_VLLM_CUTLASS)):
             if word in stated:
                 return backend
         return MOE_OTHER
     if not quantized_experts(profile, settings):
         return MOE_TRITON
-    method = _quant_method(profile)
-    bits = (profile.get("quantization") or {}).get("bits", 16)
+    quant = profile.get("quantization") or {}
+    method, bits = _quant_method(profile), quant.get("bits", 16)
     if method == "mxfp4":
-        # gpt-oss's MXFP4 experts (vllm/model_executor/layers/fused_moe/oracle/mxfp4.py, 0.32.0, the gpt-oss
-        # priority list): FlashInfer TRT-LLM on SM100, OpenAI's Triton kernels on SM90, Marlin below.
-        capability = gpu_capability(settings.get("gpu_name"))
-        if capability is not None and (9, 0) <= capability < (10, 0):
-            return MOE_TRITON
-        return MOE_MARLIN if capability is not None and capability < (9, 0) else MOE_OTHER
+        return _mxfp4_moe_backend(settings)
     if "fp4" in method or method == "modelopt":
         return MOE_OTHER
-    if bits == 8 and method in ("fp8", "fbgemm_fp8"):
-        capability = gpu_capability(settings.get("gpu_name"))
-        if capability is None or capability >= (9, 0):
-            return MOE_FLASHINFER_CUTLASS
-        return MOE_TRITON if capability >= (8, 9) else MOE_MARLIN
+    if bits == 8 and (method in ("fp8", "fbgemm_fp8") or quant.get("weight_type") == "float"):
+        return _fp8_moe_backend(profile, settings)
     return MOE_MARLIN
+
+
+def _capability(settings):
+    return gpu_capability(settings.get("gpu_name"))
+
+
+def _version(settings):
+    return parse_version(settings.get("version")) or (0, 32, 0)
+
+
+def _mxfp4_moe_backend(settings):
+    """gpt-oss's MXFP4 experts: FlashInfer TRT-LLM on SM100 (MOE_OTHER); on SM90 OpenAI's Triton kernels from
+    TRITON_KERNELS_BUNDLED_SINCE (0.14.1 get_mxfp4_backend accepts the copy bundled in vllm.third_party; 0.19's
+    oracle/mxfp4.py puts TRITON before MARLIN), Marlin before (0.10.1 / 0.11.0 took Triton only where the
+    separate triton_kernels package was installed; a public 0.10.1 H100 log names Marlin); Marlin below SM90."""
+    capability = _capability(settings)
+    if capability is not None and capability >= (10, 0):
+        return MOE_OTHER
+    if capability is not None and capability >= (9, 0) and _version(settings) >= TRITON_KERNELS_BUNDLED_SINCE:
+        return MOE_TRITON
+    return MOE_MARLIN if capability is not None else MOE_OTHER
+
+
+def _fp8_moe_backend(profile, settings):
+    """fp8 experts (vllm/model_executor/layers/fused_moe/oracle/fp8.py, select_fp8_moe_backend: the first
+    supported of FlashInfer TRT-LLM, FlashInfer CUTLASS, DeepGEMM, vLLM CUTLASS, Triton, Marlin):
+      * the SM100 family: FlashInfer TRT-LLM (TrtLlmFp8Experts: Blackwell only), MOE_OTHER;
+      * SM90, block-quantized (128 x 128) weights: Triton under plain tensor parallelism from
+        FP8_BLOCK_TRITON_SINCE ("On Hopper for Block Fp8, prefer Triton for TP and FI CUTLASS for EP",
+        _get_priority_backends), FlashInfer CUTLASS under expert parallelism and before;
+      * SM90, per-tensor weights with static activation scales: FlashInfer CUTLASS; with dynamic ones vLLM's
+        CUTLASS experts for compressed-tensors checkpoints (the only method that allows them) and Triton for
+        the native fp8 method (0.19 / 0.29);
+      * SM89: Triton (FlashInfer's and vLLM's CUTLASS fp8 experts need SM90);
+      * below: fp8 Marlin (W8A16), TritonExperts rejecting fp8 there."""
+    capability = _capability(settings) or (9, 0)
+    if capability >= (10, 0):
+        return MOE_OTHER
+    if capability < (8, 9):
+        return MOE_MARLIN
+    if capability < (9, 0):
+        return MOE_TRITON
+    quant = profile.get("quantization") or {}
+    if isinstance(quant.get("group_size"), list):
+        plain_tp = _version(settings) >= FP8_BLOCK_TRITON_SINCE and not settings.get("expert_parallel")
+        return MOE_TRITON if plain_tp else MOE_FLASHINFER_CUTLASS
+    if quant.get("activation_scheme") == "static":
+        return MOE_FLASHINFER_CUTLASS
+    return MOE_VLLM_CUTLASS if _quant_method(profile) == "compressed-tensors" else MOE_TRITON
+
+
+def marlin_modular(profile, settings):
+    """Whether Marlin's experts run as vLLM's modular kernel (MarlinExperts, buffers from the persistent
+    WorkspaceManager) rather than the direct fused_marlin_moe call: always for fp8 (make_fp8_moe_kernel, 0.15.1
+    on) and MXFP4 from the oracle (0.19); for integer weight-only experts from MARLIN_MODULAR_SINCE
+    (compressed-tensors WNA16: 0.23.0 make_wna16_moe_kernel; GPTQ already 0.20)."""
+    method, quant = _quant_method(profile), profile.get("quantization") or {}
+    if method in ("fp8", "fbgemm_fp8") or (quant.get("bits") == 8 and quant.get("weight_type") == "float"):
+        return True
+    if method == "mxfp4":
+        return _version(settings) >= (0, 19, 0)
+    return _version(settings) >= (MARLIN_MODULAR_GPTQ_SINCE if method == "gptq" else MARLIN_MODULAR_SINCE)
 
 
 # MXFP4 experts as the kernels hold them: hidden padded to a multiple of 256 and each rank's expert width to
@@ -336,29 +459,37 @@ def expert_padding_bytes(profile, tp, settings, bits_per_weight):
     return int(3 * extra * experts * max(0, layers) * bits_per_weight / 8)
 
 
-def fixed_moe_workspace(profile, settings):
-    """Whether the expert kernels keep fixed buffers besides the per-batch workspace."""
-    return quantized_experts(profile, settings) and moe_backend(profile, settings) != MOE_TRITON
-
-
 def non_torch_bytes(profile, tp, settings):
-    """Buffers outside the forward that the profile run leaves behind: runtime workspaces, the
+    """Buffers outside the forward that the profile run leaves behind: runtime workspaces, and the
     NCCL / all-reduce buffers first touched there when tp > 1 (engines since about 0.11 take the
-    baseline after NCCL's init, so its lazy buffers land here), and the fixed buffers of quantized
-    expert kernels."""
-    fixed = COPIES["quantized_moe_fixed"] if fixed_moe_workspace(profile, settings) else 0
-    return int(COPIES["runtime"] + tensor_parallel_bytes(tp, settings.get("version")) + fixed)
+    baseline after NCCL's init, so its lazy buffers land here)."""
+    return int(COPIES["runtime"] + tensor_parallel_bytes(tp, settings.get("version"), settings.get("gpu_name")))
 
 
 def _baseline_moved(version):
     return (parse_version(version) or (0, 32, 0)) >= BASELINE_MOVED_SINCE
 
 
-def tensor_parallel_bytes(tp, version):
+# Boards that reach each other over PCIe only. Between them vLLM builds none of the buffers that make up most
+# of the tensor-parallel term on NVLink boards: torch symmetric memory and FlashInfer's all-reduce (and its
+# all-reduce + RMSNorm fusion) workspaces exist for SM90 / SM100 only (all_reduce_utils
+# SYMM_MEM_ALL_REDUCE_MAX_SIZES, 0.29), custom all-reduce needs a P2P check cloud PCIe boards often fail;
+# what remains is NCCL's lazily connected channels.
+PCIE_BOARDS = re.compile(r"pcie|\b(l4|l40s?|l20|t4|a2|a10g?|a16|a40|a30|rtx|geforce|quadro|titan)\b|\b\d0[5-9]0\b|a[456]000")
+
+
+def nvlink_board(gpu_name):
+    """Whether the GPU is an NVLink (SXM / HGX) board; unknown names are taken for one."""
+    return not PCIE_BOARDS.search((gpu_name or "").lower())
+
+
+def tensor_parallel_bytes(tp, version, gpu_name=None):
     """The communicators' buffers the engine counts against the KV cache (0 at tp 1 or on engines
-    that took their baseline after them)."""
+    that took their baseline after them; NCCL's alone between PCIe boards)."""
     if tp <= 1 or (parse_version(version) or (0, 32, 0)) < LAZY_NCCL_COUNTED_SINCE:
         return 0
+    if not nvlink_board(gpu_name):
+        return int(COPIES["tensor_parallel_pcie"])
     return int(COPIES["tensor_parallel" if _baseline_moved(version) else "tensor_parallel_early"])
 
 
@@ -393,7 +524,7 @@ def cudagraph_bytes(profile, tp, settings, act_bytes=2):
 def overhead(profile, tp, settings):
     """Every per-rank term between the weights and the KV cache, in bytes, each on its own line.
 
-    settings: version, max_num_batched_tokens, max_num_seqs, enforce_eager, cudagraph_counted,
+    settings: version, gpu_name, max_num_batched_tokens, max_num_seqs, enforce_eager, cudagraph_counted,
     expert_parallel, act_bytes (activation dtype size), last_pp_stage (False for a pipeline stage
     before the last: no sampler in its profile run).
     """
@@ -401,10 +532,12 @@ def overhead(profile, tp, settings):
     graphs = 0
     if not settings.get("enforce_eager") and settings.get("cudagraph_counted"):
         graphs = cudagraph_bytes(profile, tp, settings, act)
+    last_stage = settings.get("last_pp_stage", True)
     lines = {
         "activation_peak": transient_peak_bytes(profile, tp, settings["max_num_batched_tokens"],
                                                 settings["max_num_seqs"], settings.get("version"), act,
-                                                sampler=settings.get("last_pp_stage", True)),
+                                                sampler=last_stage),
+        "sampler_state": sampler_state_bytes(profile, settings["max_num_seqs"], settings.get("version")) if last_stage else 0,
         "moe_workspace": moe_workspace_bytes(profile, tp, settings, act),
         "non_torch": non_torch_bytes(profile, tp, settings),
         "cudagraph": graphs,

@@ -293,18 +293,23 @@ def _linear_state(reader):
 
 
 def quantization(config):
-    """quantization_config -> {method, bits, group_size, weight_type, ignored_layers} or None (unquantized)."""
+    """quantization_config -> {method, bits, group_size, weight_type, activation_scheme, ignored_layers} or None
+    (unquantized)."""
     if not isinstance(config, dict) or not config:
         return None
     method = str(config.get("quant_method") or config.get("quantization_method") or "unknown").lower()
     bits = config.get("bits") or config.get("w_bit") or config.get("weight_bits")
     group_size = config.get("group_size") or config.get("q_group_size")
     weight_type = "float" if method in FLOAT4_BLOCK else None
+    activation_scheme = config.get("activation_scheme")
     for group in (config.get("config_groups") or {}).values():   # compressed-tensors
         weights = (group or {}).get("weights") or {}
         bits = bits or weights.get("num_bits")
         group_size = group_size or weights.get("group_size")
         weight_type = weight_type or weights.get("type")
+        activations = (group or {}).get("input_activations")
+        if activation_scheme is None and isinstance(activations, dict):
+            activation_scheme = "dynamic" if activations.get("dynamic") else "static"
     if config.get("load_in_4bit"):
         bits = 4
     elif config.get("load_in_8bit"):
@@ -315,6 +320,7 @@ def quantization(config):
         "bits": int(bits or QUANT_METHOD_BITS.get(method, 16)),
         "group_size": group_size or (list(block) if block else None),
         "weight_type": weight_type,     # "int" or "float" (4-bit floats carry one 8-bit scale a block)
+        "activation_scheme": activation_scheme,     # "static" or "dynamic" activation scales, or None
         "ignored_layers": _names(config.get("ignored_layers") or config.get("modules_to_not_convert")
                                  or config.get("ignore")),
     }
@@ -357,8 +363,9 @@ def moe_layer_params(profile, experts_counted):
 
 
 def count_params(profile):
-    """{"total", "active", "mtp", "embedding", "attention"}: absolute counts from the profile alone
-    (attention: every decoder layer's attention projections, which some quantizers keep in 16 bits)."""
+    """{"total", "active", "mtp", "embedding", "attention", "shared_experts", "dense_mlp"}: absolute counts
+    from the profile alone (the last three: every decoder layer's attention projections, shared experts and
+    dense MLPs, module families some quantizers keep in 16 bits)."""
     hidden, layers = profile["hidden_size"], profile["num_hidden_layers"]
     embedding = profile["vocab_size"] * hidden * (1 if profile["tie_word_embeddings"] else 2)
     attention = attention_params(profile)
@@ -372,5 +379,7 @@ def count_params(profile):
     active = common + (moe_layers * moe_layer_params(profile, moe["num_experts_per_tok"]) if moe else 0)
     mtp_mlp = moe_layer_params(profile, moe["num_experts"]) if moe else dense_mlp
     mtp_layer = attention + mtp_mlp + 2 * hidden * hidden + 5 * hidden   # + eh_proj; 2 layer + 3 mtp norms
+    shared = moe["num_shared_experts"] * gated_mlp_params(hidden, moe["shared_expert_intermediate_size"]) if moe else 0
     return {"total": total, "active": active, "embedding": embedding, "attention": layers * attention,
+            "shared_experts": moe_layers * shared, "dense_mlp": len(dense_layers) * dense_mlp,
             "mtp": profile.get("num_nextn_predict_layers", 0) * mtp_layer}

@@ -327,7 +327,7 @@ calibration_fields:
 budget_gib:
   description:
     - Budget lines per GPU in GiB - free, engine_request (ceil(total x utilization)), weights_nominal,
-      weights_measured, weights, activation_peak, moe_workspace, non_torch, cudagraph, overhead (their sum, or
+      weights_measured, weights, activation_peak, sampler_state, moe_workspace, non_torch, cudagraph, overhead (their sum, or
       the calibrated or overridden amount), kv_available, kv_one_request, kv_needed, headroom.
     - Also overhead_source (V(model), V(calibrated), V(override), V(explicit_kv)), calibrated_by (host and time
       of the measurement used, or null), kv_bytes_per_token, kv_cache_tokens, kv_cache_blocks,

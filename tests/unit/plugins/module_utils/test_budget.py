@@ -64,7 +64,7 @@ def test_hy3_fp8_on_8_h200_counts_the_engine_terms():
     expected_weights = ((295_000_000_000 - 989_855_744) * 1 + 989_855_744 * 2) // 8
     assert b["weights_nominal"] == expected_weights
     assert b["kv_bytes_per_token"] == 2 * 80 * 1 * 128 * 2                           # 1 KV head per rank
-    terms = ("activation_peak", "moe_workspace", "non_torch", "cudagraph")
+    terms = ("activation_peak", "sampler_state", "moe_workspace", "non_torch", "cudagraph")
     assert b["overhead"] == sum(b[t] for t in terms) and all(b[t] > 0 for t in terms)
     assert b["kv_available"] == b["engine_request"] - b["weights"] - b["overhead"]
     assert b["overhead_source"] == "model"
@@ -456,28 +456,63 @@ def test_cuda_graph_estimate_and_092_default_arrive_together_in_v0_20():
         assert (defaults["cudagraph_counted"], defaults["gpu_memory_utilization"]) == (counted, util), version
 
 
-def test_moe_backend_from_the_checkpoint_and_the_gpu():
-    fp8 = dict(HY3, quantization={"method": "fp8", "bits": 8})
+def test_moe_backend_from_the_checkpoint_the_gpu_and_the_engine_version():
+    fp8_static = dict(HY3, quantization={"method": "fp8", "bits": 8, "activation_scheme": "static"})
+    fp8_dynamic = dict(HY3, quantization={"method": "fp8", "bits": 8, "activation_scheme": "dynamic"})
+    fp8_block = dict(HY3, quantization={"method": "fp8", "bits": 8, "group_size": [128, 128]})
+    ct_fp8 = dict(HY3, quantization={"method": "compressed-tensors", "bits": 8, "weight_type": "float"})
     int4 = dict(HY3, quantization={"method": "compressed-tensors", "bits": 4})
-    backend = engine_memory.moe_backend
-    assert backend(HY3, {"gpu_name": "NVIDIA H200"}) == engine_memory.MOE_TRITON        # unquantized experts
-    assert backend(fp8, {"gpu_name": "NVIDIA H200"}) == engine_memory.MOE_FLASHINFER_CUTLASS
-    assert backend(fp8, {"gpu_name": "NVIDIA A100-SXM4-80GB"}) == engine_memory.MOE_MARLIN   # no fp8 cores
-    assert backend(fp8, {"gpu_name": "NVIDIA L40S"}) == engine_memory.MOE_TRITON
-    assert backend(int4, {"gpu_name": "NVIDIA B200"}) == engine_memory.MOE_MARLIN
+    mxfp4 = dict(HY3, quantization={"method": "mxfp4", "bits": 4, "weight_type": "float"})
+    h200 = {"gpu_name": "NVIDIA H200", "version": "0.19.0"}
+    backend, em = engine_memory.moe_backend, engine_memory
+    assert backend(HY3, h200) == em.MOE_TRITON                                   # unquantized experts
+    assert backend(fp8_static, h200) == em.MOE_FLASHINFER_CUTLASS                # Hy3-FP8: static per-tensor
+    assert backend(fp8_dynamic, h200) == em.MOE_TRITON                           # native fp8, dynamic scales
+    assert backend(ct_fp8, h200) == em.MOE_VLLM_CUTLASS                          # compressed-tensors, dynamic
+    # Hopper block fp8: Triton under plain TP from 0.17, FlashInfer CUTLASS before and under EP
+    assert backend(fp8_block, h200) == em.MOE_TRITON
+    assert backend(fp8_block, dict(h200, version="0.16.0")) == em.MOE_FLASHINFER_CUTLASS
+    assert backend(fp8_block, dict(h200, expert_parallel=True)) == em.MOE_FLASHINFER_CUTLASS
+    assert backend(fp8_static, {"gpu_name": "NVIDIA B200"}) == em.MOE_OTHER     # FlashInfer TRT-LLM
+    assert backend(fp8_static, {"gpu_name": "NVIDIA A100-SXM4-80GB"}) == em.MOE_MARLIN   # no fp8 cores
+    assert backend(fp8_static, {"gpu_name": "NVIDIA L40S"}) == em.MOE_TRITON
+    assert backend(int4, {"gpu_name": "NVIDIA B200"}) == em.MOE_MARLIN
+    # gpt-oss: OpenAI's Triton kernels on SM90 once the wheel bundles them (0.14), Marlin before and below SM90
+    assert backend(mxfp4, {"gpu_name": "NVIDIA H100 80GB HBM3", "version": "0.10.1"}) == em.MOE_MARLIN
+    assert backend(mxfp4, {"gpu_name": "NVIDIA H100 80GB HBM3", "version": "0.14.1"}) == em.MOE_TRITON
+    assert backend(mxfp4, {"gpu_name": "NVIDIA A100-SXM4-80GB", "version": "0.19.0"}) == em.MOE_MARLIN
     # A backend the engine printed wins over the derivation.
-    assert backend(fp8, {"gpu_name": "NVIDIA H200", "moe_backend": "TRITON"}) == engine_memory.MOE_TRITON
+    assert backend(fp8_static, dict(h200, moe_backend="TRITON")) == em.MOE_TRITON
+    assert backend(fp8_block, dict(h200, moe_backend="FLASHINFER_CUTLASS")) == em.MOE_FLASHINFER_CUTLASS
 
 
-def test_triton_experts_keep_no_fixed_workspace():
-    fp8 = dict(HY3, quantization={"method": "fp8", "bits": 8})
-    settings = {"version": "0.30.0", "gpu_name": "NVIDIA H200", "max_num_batched_tokens": 8192, "max_num_seqs": 16}
-    cutlass = engine_memory.non_torch_bytes(fp8, 8, settings)
-    triton = engine_memory.non_torch_bytes(fp8, 8, dict(settings, moe_backend="triton"))
-    assert abs(cutlass - triton - engine_memory.COPIES["quantized_moe_fixed"]) <= 1
-    # the per-batch workspace is there either way
-    assert engine_memory.moe_workspace_bytes(fp8, 8, dict(settings, moe_backend="triton")) == \
-        engine_memory.moe_workspace_bytes(fp8, 8, settings) > 0
+def test_expert_buffers_have_their_kernels_shapes():
+    # Qwen3-235B-A22B shapes at TP 4: hidden 4096, 128 experts of width 1536 (384 a rank), top 8
+    profile = dict(HY3, hidden_size=4096, moe=dict(HY3["moe"], num_experts=128, moe_intermediate_size=1536))
+    tokens, k, width, hidden = 32768, 8, 384, 4096
+    routed = tokens * k
+    triton = (max(routed * max(width, hidden), tokens * hidden) + routed * max(2 * width, hidden)) * 2
+    settings = {"version": "0.19.0", "gpu_name": "NVIDIA H100 80GB HBM3", "max_num_batched_tokens": tokens}
+    assert engine_memory.moe_workspace_bytes(profile, 4, settings) == triton                  # unquantized
+    # before 0.18 the modular kernels worked in 16K-token chunks under TP
+    assert engine_memory.moe_workspace_bytes(profile, 4, dict(settings, version="0.15.1")) == triton // 2
+    # FlashInfer CUTLASS: its own buffers over one chunk plus vLLM's output rows
+    block = dict(profile, quantization={"method": "fp8", "bits": 8, "group_size": [128, 128]})
+    chunk = 16384
+    flashinfer = (chunk * k * (3 * hidden + hidden // 32 + 4 * width + 16) + 4 * 128 * chunk
+                  + 2 * hidden * (chunk + tokens))
+    assert engine_memory.moe_workspace_bytes(block, 4, dict(settings, version="0.15.1")) == flashinfer
+    # Marlin: fused_marlin_moe's transient buffers until 0.22 for int4 experts, the modular kernel's from 0.23
+    int4 = dict(profile, quantization={"method": "compressed-tensors", "bits": 4})
+    direct = (routed * (max(2 * width, hidden) + width) + tokens * hidden) * 2
+    modular = triton + tokens * hidden * 2
+    assert engine_memory.moe_workspace_bytes(int4, 4, dict(settings, version="0.22.0")) == direct
+    assert engine_memory.moe_workspace_bytes(int4, 4, dict(settings, version="0.23.0")) == modular > direct
+    # fp8 Marlin (an A100) has run as the modular kernel since 0.15.1
+    a100 = dict(settings, version="0.15.1", gpu_name="NVIDIA A100-SXM4-80GB")
+    assert engine_memory.moe_workspace_bytes(block, 4, a100) == modular
+    # no kernel family keeps a fixed buffer besides these: the non-torch line is the runtime's and the TP buffers'
+    assert engine_memory.non_torch_bytes(block, 4, settings) == engine_memory.non_torch_bytes(profile, 4, settings)
 
 
 def test_only_the_last_stage_profiles_the_sampler():
@@ -507,13 +542,34 @@ def test_the_sampler_follows_the_engine_version_and_the_model_dtype():
     assert abs(fp32 - (10 * 1000 * 4 + (14.9 + 2) * rows)) <= 1
 
 
+def test_model_runner_v2_samples_greedily_and_keeps_per_request_state():
+    # 0.29+: the dummy requests take an argmax over the model-dtype logits (2 B an element; 2 + 1/tp copies
+    # while a TP all-gather runs) and the sampling state (4.25 B an element) is kept from load on.
+    profile = dict(TINY, vocab_size=100000, hidden_size=1000)
+    rows = 1000 * 100000
+    assert engine_memory.sampler_bytes(profile, 10, 1000, "0.29.0") == 10 * 1000 * 2 + 2 * rows
+    assert engine_memory.sampler_bytes(profile, 10, 1000, "0.29.0", tp=2) == 10 * 1000 * 2 + int(2.5 * 2 * rows)
+    assert engine_memory.sampler_state_bytes(profile, 1000, "0.30.0") == int(4.25 * rows)
+    assert engine_memory.sampler_state_bytes(profile, 1000, "0.25.1") == 0
+    settings = {"version": "0.30.0", "max_num_batched_tokens": 2048, "max_num_seqs": 1000}
+    lines = engine_memory.overhead(profile, 1, settings)
+    assert lines["sampler_state"] == int(4.25 * rows)
+    assert lines["total"] == sum(value for key, value in lines.items() if key != "total")
+    assert engine_memory.overhead(profile, 1, dict(settings, last_pp_stage=False))["sampler_state"] == 0
+
+
 def test_tensor_parallel_buffers_follow_the_engine_version():
     # v0.10: none counted; v0.11 - v0.17: about 0.25 GiB a rank; from v0.18: about 1.9 GiB (public TP 2 / TP 4 logs).
     assert engine_memory.tensor_parallel_bytes(1, "0.19.0") == 0
     assert engine_memory.tensor_parallel_bytes(2, "0.10.1") == 0
     assert engine_memory.tensor_parallel_bytes(2, "0.11.0") == int(engine_memory.COPIES["tensor_parallel_early"])
     assert engine_memory.tensor_parallel_bytes(4, "0.18.0") == int(engine_memory.COPIES["tensor_parallel"])
-    assert engine_memory.COPIES["tensor_parallel"] > 5 * engine_memory.COPIES["tensor_parallel_early"]
+    assert engine_memory.COPIES["tensor_parallel"] > 4 * engine_memory.COPIES["tensor_parallel_early"]
+    # between PCIe boards NCCL's channels alone: no symmetric-memory / FlashInfer all-reduce workspaces
+    pcie = int(engine_memory.COPIES["tensor_parallel_pcie"])
+    assert engine_memory.tensor_parallel_bytes(2, "0.29.0", "NVIDIA L4") == pcie
+    assert engine_memory.tensor_parallel_bytes(2, "0.29.0", "NVIDIA H100 PCIe") == pcie
+    assert engine_memory.tensor_parallel_bytes(2, "0.29.0", "NVIDIA A100-SXM4-80GB") > 10 * pcie
 
 
 def test_pipeline_stages_are_listed_and_the_smallest_cache_is_kept():

@@ -184,7 +184,7 @@ def test_deepseek_mla_shared_experts_dense_first_layers_mtp_and_fp8():
     assert p["moe"]["dense_layers"] == [0, 1, 2] and p["num_nextn_predict_layers"] == 1
     assert p["max_position_embeddings"] == 4096 * 40        # yarn: original length x factor, as vLLM derives
     assert p["quantization"] == {"method": "fp8", "bits": 8, "group_size": [128, 128], "weight_type": None,
-                                 "ignored_layers": []}
+                                 "activation_scheme": "dynamic", "ignored_layers": []}
     assert p["dtype"] == "bfloat16"                         # torch_dtype spelling
     assert within(p["params"]["mtp"], 11.5 * B, 0.01)       # unique MTP parameters (embedding and head shared)
 
@@ -278,15 +278,20 @@ def test_quantization_configs():
     from ansible_collections.hy3.fleet.plugins.module_utils.model_config import quantization
     assert quantization({"quant_method": "fp8", "activation_scheme": "static",
                          "ignored_layers": ["lm_head", "model.embed_tokens"]}) == {
-        "method": "fp8", "bits": 8, "group_size": None, "weight_type": None,
+        "method": "fp8", "bits": 8, "group_size": None, "weight_type": None, "activation_scheme": "static",
         "ignored_layers": ["lm_head", "model.embed_tokens"]}
     assert quantization({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False})["bits"] == 4
     assert quantization({"quant_method": "awq", "bits": 4, "group_size": 128, "modules_to_not_convert": ["gate"]}) == {
-        "method": "awq", "bits": 4, "group_size": 128, "weight_type": None, "ignored_layers": ["gate"]}
+        "method": "awq", "bits": 4, "group_size": 128, "weight_type": None, "activation_scheme": None,
+        "ignored_layers": ["gate"]}
     ct = {"quant_method": "compressed-tensors", "ignore": ["lm_head"],
           "config_groups": {"group_0": {"weights": {"num_bits": 4, "group_size": 32, "type": "int"}}}}
     assert quantization(ct) == {"method": "compressed-tensors", "bits": 4, "group_size": 32, "weight_type": "int",
-                                "ignored_layers": ["lm_head"]}
+                                "activation_scheme": None, "ignored_layers": ["lm_head"]}
+    # compressed-tensors names its activation scheme in each group (llm-compressor's FP8_DYNAMIC)
+    ct_fp8 = {"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "weights": {"num_bits": 8, "type": "float"}, "input_activations": {"num_bits": 8, "dynamic": True}}}}
+    assert quantization(ct_fp8)["activation_scheme"] == "dynamic" and quantization(ct_fp8)["weight_type"] == "float"
     assert quantization({"quant_method": "mxfp4"})["bits"] == 4 and quantization(None) is None
     assert quantization({"quant_method": "mxfp4"})["weight_type"] == "float"
     # a lone module name is one name, not a list of its letters
@@ -309,6 +314,34 @@ def test_mxfp4_weights_count_their_block_scales_and_the_attention_left_in_16_bit
     from ansible_collections.hy3.fleet.plugins.module_utils.budget import stage_shares, stage_weight_bytes
     fractions = [stage_weight_bytes(p, 4, 1, share, False)[1] for share in stage_shares(p, 2, False)]
     assert abs(sum(fractions) - 1) < 1e-6
+
+
+KIMI_K2_IGNORE = ["re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*", "re:.*lm_head.*",
+                  "re:vision_tower.*", "re:mm_projector.*"]     # Kimi-K2.6's compressed-tensors ignore list
+
+
+def int4_experts(ignore):
+    return dict(DEEPSEEK_V3, quantization_config={
+        "quant_method": "compressed-tensors", "ignore": ignore,
+        "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "group_size": 32}}}})
+
+
+@pytest.mark.parametrize("ignore, kept_families, layer_share", [
+    (KIMI_K2_IGNORE, ("attention", "shared_experts", "dense_mlp"), 1.0),        # only the routed experts are int4
+    (["lm_head", "re:.*mlp.gate$"], (), 1.0),                                  # a router gate keeps nothing counted
+    (["model.layers.0.self_attn.q_a_proj", "model.layers.0.self_attn.o_proj", "model.layers.60.self_attn.o_proj"],
+     ("attention",), 2 / 61.0),                                               # named modules keep their layers only
+])
+def test_the_modules_an_ignore_list_names_stay_16_bit(ignore, kept_families, layer_share):
+    from ansible_collections.hy3.fleet.plugins.module_utils.budget import kept_16bit_params, nominal_weight_bytes_per_rank
+    p = model_profile(int4_experts(ignore))
+    params = p["params"]
+    assert params["shared_experts"] == 58 * 3 * 7168 * 2048 and params["dense_mlp"] == 3 * 3 * 7168 * 18432
+    kept = sum(params[family] for family in kept_families) * layer_share
+    assert abs(kept_16bit_params(p, 4) - kept) <= 1 and kept_16bit_params(p, 16) == 0
+    fixed = params["embedding"] + kept
+    expected = (params["total"] - fixed) * (4 + 20 / 32.0) / 8 + fixed * 2
+    assert abs(nominal_weight_bytes_per_rank(p, 4, 8, False) - expected / 8) <= 1
 
 
 def test_counting_is_pure_and_reusable():
