@@ -248,18 +248,15 @@ def fit_features(case):
     if measured["status"] != calibration.MEASURED:
         return None
     engine = result["engine"]
-    version = engine_memory.parse_version(engine.get("version")) or (0, 32, 0)
-    counted = result["tensor_parallel_size"] > 1 and version >= engine_memory.LAZY_NCCL_COUNTED_SINCE
-    pcie_gib = engine_memory.COPIES["tensor_parallel_pcie"] / GIB if counted and not engine_memory.nvlink_board(
-        engine.get("gpu_name")) else 0
-    counted = counted and not pcie_gib
-    late = version >= engine_memory.BASELINE_MOVED_SINCE
-    features = [1.0, 1.0 if counted and late else 0.0, 1.0 if counted and not late else 0.0]
+    term = engine_memory.tensor_parallel_term(result["tensor_parallel_size"], engine.get("version"),
+                                              engine.get("gpu_name"))
+    pcie_gib = engine_memory.COPIES[term] / GIB if term == "tensor_parallel_pcie" else 0    # a set amount
+    features = [1.0] + [1.0 if term == name else 0.0 for name in FIT_TERMS[1:]]
     known = ((table["cudagraph"] or 0) + table["activation_peak"] + (table["sampler_state"] or 0)
              + table["moe_workspace"]) / GIB + pcie_gib
     rows = [(features, measured["overhead_bytes"] / GIB - known)]
     non_torch = ((case["engine_reported"].get("profile_breakdown") or {}).get("non_torch_increase_gib"))
-    if non_torch is not None and version >= PER_PROCESS_NON_TORCH_SINCE:
+    if non_torch is not None and engine_memory.engine_version(engine.get("version")) >= PER_PROCESS_NON_TORCH_SINCE:
         rows.append((features, non_torch - pcie_gib))
     return rows
 

@@ -93,16 +93,39 @@ def effective_bits(bits, quantization):
     return float(bits)
 
 
-# The module families a quantization config's ignore list can keep in 16 bits, told by the words their names
-# carry: compressed-tensors' "re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"
-# (Kimi-K2.x: only the routed experts are int4), gpt-oss's "model.layers.*.self_attn" (only the experts are MXFP4).
-# A router gate ("mlp.gate", "mlp.router") names no projection and keeps nothing worth counting.
-KEPT_FAMILIES = (
-    ("attention", lambda name: "attn" in name),
-    ("shared_experts", lambda name: "shared_expert" in name),
-    ("dense_mlp", lambda name: "mlp" in name and "proj" in name and "expert" not in name),
-)
+# The module families a quantization config's ignore list can keep in 16 bits, by the module a name ends at:
+# compressed-tensors' "re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"
+# (Kimi-K2.x: only the routed experts are int4), gpt-oss's "model.layers.*.self_attn" (only the experts are MXFP4),
+# or per-layer module names ("model.layers.0.self_attn.q_proj": layer 0's attention). A router gate
+# ("mlp.gate", "mlp.shared_expert_gate"), one projection named by a pattern, and a vision tower's modules keep
+# nothing counted.
+FAMILY_MODULES = (("attention", ("self_attn", "attn", "attention", "self_attention")),
+                  ("shared_experts", ("shared_experts", "shared_expert")),
+                  ("dense_mlp", ("mlp",)))
+NON_LANGUAGE = ("vision", "visual", "mm_projector", "multi_modal", "audio")
 LAYER_INDEX = re.compile(r"layers\.(\d+)\.")
+
+
+def _family_of(module):
+    return next((family for family, modules in FAMILY_MODULES if module in modules), None)
+
+
+def _named_family(name):
+    """(family, pattern) a lower-case ignore-list name keeps, or (None, pattern)."""
+    pattern = name.startswith("re:") or "*" in name or not LAYER_INDEX.search(name)
+    if any(word in name for word in NON_LANGUAGE):
+        return None, pattern
+    parts = [part.strip("*$^") for part in name[3 if name.startswith("re:") else 0:].replace("\\.", ".").split(".")]
+    parts = [part for part in parts if part]
+    if not parts:
+        return None, pattern
+    family = _family_of(parts[-1])
+    if family is None and len(parts) > 1 and "proj" in parts[-1]:
+        # projections of a module: the whole module when a pattern names several ("(gate|up|down)_proj"), the
+        # layer's module when a per-layer name names one of them
+        several = "|" in parts[-1]
+        family = _family_of(parts[-2]) if (several or not pattern) else None
+    return family, pattern
 
 
 def _family_layers(profile, family):
@@ -114,27 +137,38 @@ def _family_layers(profile, family):
     return [i for i in layers if i in dense] if family == "dense_mlp" else list(layers)
 
 
-def _kept_share(profile, family, names):
-    """The share of a family's layers the ignore list keeps: all of them when a pattern or a bare name
-    names it, else the layers its module names carry ("model.layers.0.self_attn.q_proj": layer 0 only)."""
-    layers = _family_layers(profile, family)
-    if not names or not layers:
-        return 0.0
-    indexed = [LAYER_INDEX.search(name) for name in names]
-    if any(match is None or name.startswith("re:") or "*" in name for name, match in zip(names, indexed)):
-        return 1.0
-    return len({int(match.group(1)) for match in indexed} & set(layers)) / float(len(layers))
+def _kept_shares(profile, ignored, stage_layers=None):
+    """{family: the share of its parameters the ignore list keeps}, over the whole model or the decoder layers
+    stage_layers hold: all of the family's layers when a pattern or a bare module name names it, else the
+    layers its per-layer names carry."""
+    patterns, indices = set(), {}
+    for name in ignored:
+        family, pattern = _named_family(name)
+        if family and pattern:
+            patterns.add(family)
+        elif family:
+            indices.setdefault(family, set()).add(int(LAYER_INDEX.search(name).group(1)))
+    shares = {}
+    for family, _modules in FAMILY_MODULES:
+        layers = _family_layers(profile, family)
+        kept = set(layers) if family in patterns else indices.get(family, set()) & set(layers)
+        if stage_layers is not None:
+            kept &= set(stage_layers)
+        if layers and kept:
+            shares[family] = len(kept) / float(len(layers))
+    return shares
 
 
-def kept_16bit_params(profile, bits):
-    """Parameters a quantized checkpoint keeps in 16 bits besides the embeddings: the share of each family
-    of KEPT_FAMILIES its quantization config's ignore list names (none for an unquantized tier)."""
+def kept_16bit_params(profile, bits, stage_layers=None):
+    """Parameters a quantized checkpoint keeps in 16 bits besides the embeddings, in the whole model or the
+    decoder layers stage_layers hold: the share of each module family (FAMILY_MODULES) its quantization
+    config's ignore list keeps (none for an unquantized tier)."""
     ignored = [name.lower() for name in (profile.get("quantization") or {}).get("ignored_layers") or []]
     if bits >= 16 or not ignored:
         return 0
     params = profile["params"]
-    return int(sum((params.get(family) or 0) * _kept_share(profile, family, [n for n in ignored if named(n)])
-                   for family, named in KEPT_FAMILIES))
+    shares = _kept_shares(profile, ignored, stage_layers)
+    return int(sum((params.get(family) or 0) * share for family, share in shares.items()))
 
 
 def nominal_weight_bytes_per_rank(profile, bits, tp, load_mtp):
@@ -172,7 +206,8 @@ def stage_shares(profile, pp, load_mtp):
     shares, start = [], 0
     for stage, count in enumerate(pp_partition(layers, pp)):
         last = stage == pp - 1
-        shares.append({"stage": stage, "layers": count, "layer_types": list(types[start:start + count]), "last": last,
+        shares.append({"stage": stage, "layers": count, "first_layer": start,
+                       "layer_types": list(types[start:start + count]), "last": last,
                        "params": count * per_layer + (mtp if last else 0),
                        "vocab_params": (vocab_matrix if stage == 0 else 0) + (vocab_matrix if last else 0)})
         start += count
@@ -182,7 +217,7 @@ def stage_shares(profile, pp, load_mtp):
 def stage_weight_bytes(profile, bits, tp, share, load_mtp):
     """(nominal bytes of one rank of this stage, its fraction of the whole model's nominal bytes): the
     quantized layers at the tier's bits, embedding and LM head at 16 bits, as nominal_weight_bytes_per_rank."""
-    kept = kept_16bit_params(profile, bits) * share["layers"] / float(profile["num_hidden_layers"])
+    kept = kept_16bit_params(profile, bits, range(share["first_layer"], share["first_layer"] + share["layers"]))
     stage = ((share["params"] - kept) * effective_bits(bits, profile.get("quantization")) / 8
              + (kept + share["vocab_params"]) * 2)
     whole = nominal_weight_bytes_per_rank(profile, bits, 1, load_mtp)

@@ -21,8 +21,8 @@ vLLM (V1) sizes the KV cache per rank as (vllm/v1/worker/gpu_worker.py, determin
                                           on by default from v0.20; 0 with enforce_eager)
 
 Each term below is physics: bytes of tensors of known shapes, times a small number of live copies.
-The expert kernels' buffers have the shapes vLLM's source gives them (the PyPI wheels of 0.10.1 - 0.30.0,
-cited where used); the sampler's bytes per element and the forward's scale (COPIES) are measured on the
+The expert kernels' buffers have the shapes vLLM's source gives them (the PyPI wheels of 0.10.1 - 0.30.0 and
+the 0.32.0 tree, the version cited where used); the sampler's bytes per element and the forward's scale (COPIES) are measured on the
 "torch peak memory increase" lines of real startup logs; only the runtime's and the tensor-parallel
 buffers' amounts are fitted (bench/kv_accuracy.py --fit prints the fit); everything else comes from the
 model's config.json and the engine's settings.
@@ -63,8 +63,8 @@ COPIES = {
                                       # TP 4 logs: non-torch 2.06 - 2.21 GiB against 0.25 at TP 1)
     "tensor_parallel_early": 0.43 * GIB,  # the share v0.11 - v0.17 engines count (fitted: the v0.11.0 TP 2
                                           # profiling lines alone give 0.4, the v0.15.1 TP 4 / TP 8 totals less)
-    "tensor_parallel_pcie": 0.10 * GIB,  # the same between PCIe boards (nvlink_board): NCCL's channels alone
-                                         # (estimated from its buffer sizes; no corpus log measures it)
+    "tensor_parallel_pcie": 0.10 * GIB,  # the same between PCIe boards (PCIE_BOARDS): NCCL's PCIe channels
+                                         # (an estimate; no corpus log prints it apart)
     "graph_per_layer": 0.23 * MIB,    # each captured graph, per decoder layer: the piecewise graph's
                                       # per-layer pieces and their static buffers (median of the
                                       # "Estimated CUDA graph memory" lines in bench/kv_corpus)
@@ -101,14 +101,17 @@ CUDAGRAPH_COUNTED_SINCE = (0, 20, 0)
 # Hopper's block-fp8 experts run on Triton under plain tensor parallelism from this version (first in
 # 0.17.0's fused_moe/oracle/fp8.py _get_priority_backends; 0.15.1 and 0.16.0 take FlashInfer CUTLASS first).
 FP8_BLOCK_TRITON_SINCE = (0, 17, 0)
-# OpenAI's Triton MXFP4 kernels ship inside the vLLM wheel (vllm.third_party.triton_kernels) from this version.
+# OpenAI's Triton MXFP4 kernels ship inside the vLLM wheel (vllm.third_party.triton_kernels) from this version
+# (seen in 0.14.1; 0.11.0 needed the separate triton_kernels package).
 TRITON_KERNELS_BUNDLED_SINCE = (0, 14, 0)
-# Integer weight-only Marlin experts run as the modular kernel from these versions (compressed-tensors
-# WNA16: 0.23.0's make_wna16_moe_kernel; GPTQ-Marlin: 0.20.0; both called fused_marlin_moe directly before).
-MARLIN_MODULAR_SINCE = (0, 23, 0)
-MARLIN_MODULAR_GPTQ_SINCE = (0, 20, 0)
+# Marlin experts run as the modular kernel from these versions, by quantization method (marlin_modular);
+# they called fused_marlin_moe directly before.
+MARLIN_MODULAR_SINCE = {"fp8": (0, 14, 0), "mxfp4": (0, 19, 0), "gptq": (0, 20, 0), "awq": (0, 22, 0),
+                        "compressed-tensors": (0, 23, 0)}
+# FlashInfer's fp8 experts are in the default priority list from this version (opt-in before).
+FP8_FLASHINFER_DEFAULT_SINCE = (0, 15, 0)
 # vLLM's model runner V2 runs every model from 0.29 (vllm/config/vllm.py use_v2_model_runner; 0.22 - 0.28 ran it
-# for listed architectures only, and gpt-oss still on V1 at 0.28).
+# for some models only: V2_RUNNER_ARCHITECTURES).
 MODEL_RUNNER_V2_SINCE = (0, 29, 0)
 # vLLM gives >= 160 GiB cards (B200, B300) the largest batch defaults from this version on.
 LARGEST_BATCH_TIER_SINCE = (0, 28, 0)
@@ -116,6 +119,15 @@ LARGEST_BATCH_TIER_SINCE = (0, 28, 0)
 MAX_CUDAGRAPH_CAPTURE_SIZE = 512
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
+
+
+# The newest engine whose behaviour the model follows: an unknown version is taken for it.
+NEWEST_KNOWN = (0, 32, 0)
+
+
+def engine_version(text):
+    """(major, minor, patch) of an engine version, the newest known when it cannot be read."""
+    return parse_version(text) or NEWEST_KNOWN
 
 
 def parse_version(text):
@@ -137,7 +149,7 @@ def engine_defaults(version, gpu_name, gpu_total_bytes):
     vllm/envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default on, both from PR #38284 (v0.20.0; see
     CUDAGRAPH_COUNTED_SINCE).
     """
-    ver = parse_version(version) or (0, 32, 0)
+    ver = engine_version(version)
     name = (gpu_name or "").lower()
     big = gpu_total_bytes >= 160 * GIB and ver >= LARGEST_BATCH_TIER_SINCE
     datacenter = gpu_total_bytes >= 70 * GIB and "a100" not in name
@@ -210,9 +222,36 @@ def forward_bytes(profile, tp, tokens, act_bytes=2):
     return int(tokens * per_token + router)
 
 
-def model_runner_v2(version):
-    """Whether the engine runs vLLM's model runner V2 for every model (MODEL_RUNNER_V2_SINCE)."""
-    return (parse_version(version) or (0, 32, 0)) >= MODEL_RUNNER_V2_SINCE
+# Architectures vLLM runs on its model runner V2 by default before MODEL_RUNNER_V2_SINCE
+# (vllm/config/vllm.py DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES and _is_default_v2_model_runner_model, read in each
+# release): 0.22 and 0.23 only unquantized dense models of the listed architectures, 0.24 the listed ones, 0.25 -
+# 0.28 the listed ones and every dense model that is neither hybrid nor attention-free.
+V2_RUNNER_ARCHITECTURES = (
+    ((0, 22, 0), ("Qwen3ForCausalLM",), "dense_unquantized"),
+    ((0, 23, 0), ("LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"), "dense_unquantized"),
+    ((0, 24, 0), ("Qwen3ForCausalLM", "DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM",
+                  "LlamaForCausalLM", "MistralForCausalLM"), "listed"),
+    ((0, 25, 0), ("DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM"), "listed_or_dense"),
+)
+
+
+def model_runner_v2(version, profile):
+    """Whether the engine runs this model on vLLM's model runner V2: every model from MODEL_RUNNER_V2_SINCE,
+    some from 0.22 (V2_RUNNER_ARCHITECTURES), none before."""
+    ver = engine_version(version)
+    if ver >= MODEL_RUNNER_V2_SINCE:
+        return True
+    rules = [(architectures, kind) for since, architectures, kind in V2_RUNNER_ARCHITECTURES if ver >= since]
+    if not rules:
+        return False
+    architectures, kind = rules[-1]
+    listed = profile.get("architecture") in architectures
+    dense = not _moe(profile)
+    if kind == "dense_unquantized":
+        return listed and dense and (profile.get("quantization") or {}).get("bits", 16) >= 16
+    if kind == "listed":
+        return listed
+    return listed or (dense and kv_layout.LINEAR not in (profile.get("layer_types") or []))
 
 
 def sampler_bytes(profile, tokens, rows, version=None, act_bytes=2, tp=1):
@@ -223,10 +262,10 @@ def sampler_bytes(profile, tokens, rows, version=None, act_bytes=2, tp=1):
     no probabilities, vllm/v1/worker/gpu/model_runner.py _dummy_sampler_run, 0.29 - 0.30), so its phase
     holds the logits alone, gathered over tp ranks (2 + 1/tp copies while the all-gather runs)."""
     hidden_states = tokens * profile["hidden_size"] * act_bytes
-    if model_runner_v2(version):
+    if model_runner_v2(version, profile):
         copies = 1 if tp <= 1 else 2 + 1.0 / tp
         return int(hidden_states + copies * act_bytes * rows * profile["vocab_size"])
-    ver = parse_version(version) or (0, 32, 0)
+    ver = engine_version(version)
     legacy = LEGACY_SAMPLER_SINCE <= ver < LEAN_SAMPLER_SINCE
     per_element = COPIES["sampler_bytes_legacy" if legacy else "sampler_bytes"] + (act_bytes - 2)
     return int(hidden_states + per_element * rows * profile["vocab_size"])
@@ -235,8 +274,8 @@ def sampler_bytes(profile, tokens, rows, version=None, act_bytes=2, tp=1):
 def sampler_state_bytes(profile, max_num_seqs, version=None):
     """Model runner V2's per-request sampling state, allocated at load and kept (penalties' output_bin_counts
     int32 [seqs, vocab], prompt_bin_mask and the structured-output grammar_bitmask, one bit each: 4.25 bytes
-    a (seq x vocab) element; sample/penalties.py and structured_outputs.py, 0.29 - 0.30); 0 before V2."""
-    if not model_runner_v2(version):
+    a (seq x vocab) element; sample/penalties.py and structured_outputs.py, 0.29 - 0.30); 0 on the V1 runner."""
+    if not model_runner_v2(version, profile):
         return 0
     return int(4.25 * max_num_seqs * profile["vocab_size"])
 
@@ -260,46 +299,53 @@ def transient_peak_bytes(profile, tp, max_num_batched_tokens, max_num_seqs, vers
 def moe_workspace_bytes(profile, tp, settings, act_bytes=2):
     """The expert kernels' buffers over one batch of max_num_batched_tokens tokens, by kernel family
     (moe_backend), on one rank. Before FUSED_MOE_UNCHUNKED_SINCE the modular kernels (Triton, FlashInfer)
-    worked in chunks of FUSED_MOE_CHUNK_TOKENS tokens under tensor parallelism; Marlin's path never did."""
+    worked in chunks of FUSED_MOE_CHUNK_TOKENS tokens under tensor parallelism; the direct Marlin call never
+    did."""
     moe = _moe(profile)
     if not moe:
         return 0
     tokens = settings["max_num_batched_tokens"]
     inter = moe["moe_intermediate_size"] // _expert_split(settings, tp)
     hidden, top_k = profile["hidden_size"], moe["num_experts_per_tok"]
-    version = parse_version(settings.get("version")) or (0, 32, 0)
+    version = engine_version(settings.get("version"))
     chunk = tokens
     if version < FUSED_MOE_UNCHUNKED_SINCE and not settings.get("expert_parallel"):
         chunk = min(tokens, FUSED_MOE_CHUNK_TOKENS)
     backend = moe_backend(profile, settings) if quantized_experts(profile, settings) else MOE_TRITON
     if backend == MOE_MARLIN:
-        return marlin_workspace_bytes(tokens, top_k, inter, hidden, act_bytes, marlin_modular(profile, settings))
+        if marlin_modular(profile, settings):
+            return marlin_modular_workspace_bytes(tokens, chunk, top_k, inter, hidden, act_bytes)
+        return marlin_workspace_bytes(tokens, top_k, inter, hidden, act_bytes)
     if backend == MOE_FLASHINFER_CUTLASS:
         local_experts = moe["num_experts"] // (tp if settings.get("expert_parallel") else 1)
         return flashinfer_cutlass_workspace_bytes(tokens, chunk, top_k, inter, hidden, local_experts)
     # Triton experts (and, for want of their own shapes, vLLM's CUTLASS and the other families):
-    # TritonExperts.workspace_shapes (0.19, 0.20, 0.29 experts/triton_moe.py), chunk x top_k x max(I, hidden),
+    # TritonExperts.workspace_shapes (fused_moe/fused_moe.py in 0.19 / 0.20, experts/triton_moe.py from 0.21),
+    # chunk x top_k x max(I, hidden),
     # sharing its buffer with the chunk x hidden output, and chunk x top_k x max(2 I, hidden), in the
     # activation dtype, kept in vLLM's WorkspaceManager
     routed = chunk * top_k
     return int((max(routed * max(inter, hidden), chunk * hidden) + routed * max(2 * inter, hidden)) * act_bytes)
 
 
-def marlin_workspace_bytes(tokens, top_k, inter, hidden, act_bytes=2, modular=False):
-    """Marlin's expert buffers over one batch; the Marlin path is never chunked, and its own workspace (a few
-    int32 a streaming multiprocessor) is negligible: no fixed buffer.
-    Direct (fused_marlin_moe._fused_marlin_moe, 0.15.1 - 0.22): the gate/up output, reused for the down
-    projection's, tokens x top_k x max(2 I, hidden); the activation's, tokens x top_k x I; the output,
-    tokens x hidden (not in place on torch >= 2.9).
-    Modular (MarlinExperts.workspace_shapes, the same in 0.15.1, 0.19, 0.25.1 and 0.29): tokens x top_k x
-    max(I, hidden), sharing its buffer with the tokens x hidden output, and tokens x top_k x max(2 I, hidden);
-    plus the forward's own tokens x hidden output (modular_kernel empty_like)."""
+def marlin_workspace_bytes(tokens, top_k, inter, hidden, act_bytes=2):
+    """fused_marlin_moe's transient buffers over one batch, called directly (_fused_marlin_moe, 0.15.1 - 0.22):
+    the gate/up output, reused for the down projection's, tokens x top_k x max(2 I, hidden); the activation's,
+    tokens x top_k x I; the output, tokens x hidden (not in place on torch >= 2.9). That path is never
+    chunked, and Marlin's own workspace (a few int32 a streaming multiprocessor) is negligible."""
     routed = tokens * top_k
-    if modular:
-        elements = max(routed * max(inter, hidden), tokens * hidden) + routed * max(2 * inter, hidden) + tokens * hidden
-    else:
-        elements = routed * (max(2 * inter, hidden) + inter) + tokens * hidden
-    return int(elements * act_bytes)
+    return int((routed * (max(2 * inter, hidden) + inter) + tokens * hidden) * act_bytes)
+
+
+def marlin_modular_workspace_bytes(tokens, chunk, top_k, inter, hidden, act_bytes=2):
+    """MarlinExperts as a modular kernel (workspace_shapes, the same in 0.15.1, 0.19, 0.25.1 and 0.29): chunk x
+    top_k x max(I, hidden), sharing its buffer with the chunk x hidden output, and chunk x top_k x max(2 I,
+    hidden), kept in vLLM's WorkspaceManager; plus the forward's own tokens x hidden output (modular_kernel
+    empty_like). MarlinExperts supports chunking (0.15.1), so before FUSED_MOE_UNCHUNKED_SINCE the workspace is
+    one chunk's."""
+    routed = chunk * top_k
+    return int((max(routed * max(inter, hidden), chunk * hidden) + routed * max(2 * inter, hidden)
+                + tokens * hidden) * act_bytes)
 
 
 def flashinfer_cutlass_workspace_bytes(tokens, chunk, top_k, inter, hidden, local_experts):
@@ -307,15 +353,11 @@ def flashinfer_cutlass_workspace_bytes(tokens, chunk, top_k, inter, hidden, loca
     every call (flashinfer 0.6.6 cutlass_fused_moe_kernels.cuh getWorkspaceDeviceBufferSizes, with the fp8
     block-scale GEMM's own workspace): the permuted fp8 activations and their scales, the first GEMM's
     output (2 I wide) and the second's input, 16 bytes of routing a row, 4 bytes an expert a token; plus
-    vLLM's own output buffer, chunk + tokens rows of hidden when chunked, else tokens
-    (FlashInferExperts._allocate_buffers in 0.15.1)."""
+    the modular kernel's output buffer, chunk + tokens rows of hidden when chunked, else tokens
+    (FusedMoEModularKernel._allocate_buffers, modular_kernel.py, 0.15.1)."""
     internal = chunk * top_k * (3 * hidden + hidden // 32 + 4 * inter + 16) + 4 * local_experts * chunk
     output = 2 * hidden * (chunk + tokens if chunk < tokens else tokens)
     return int(internal + output)
-
-
-def marlin_experts(profile, settings):
-    return quantized_experts(profile, settings) and moe_backend(profile, settings) == MOE_MARLIN
 
 
 def quantized_experts(profile, settings):
@@ -366,9 +408,18 @@ def moe_backend(profile, settings):
         return _mxfp4_moe_backend(settings)
     if "fp4" in method or method == "modelopt":
         return MOE_OTHER
-    if bits == 8 and (method in ("fp8", "fbgemm_fp8") or quant.get("weight_type") == "float"):
+    if _fp8_experts(profile):
         return _fp8_moe_backend(profile, settings)
+    if bits == 8 and quant.get("activation_scheme"):
+        # int8 weights with int8 activations (compressed-tensors W8A8): Triton's fused_experts
+        # (CompressedTensorsW8A8Int8MoEMethod, 0.19); weight-only int8 (W8A16) goes to Marlin below
+        return MOE_TRITON
     return MOE_MARLIN
+
+
+def _fp8_experts(profile):
+    quant = profile.get("quantization") or {}
+    return quant.get("bits") == 8 and (_quant_method(profile) in ("fp8", "fbgemm_fp8") or quant.get("weight_type") == "float")
 
 
 def _capability(settings):
@@ -376,7 +427,7 @@ def _capability(settings):
 
 
 def _version(settings):
-    return parse_version(settings.get("version")) or (0, 32, 0)
+    return engine_version(settings.get("version"))
 
 
 def _mxfp4_moe_backend(settings):
@@ -394,7 +445,9 @@ def _mxfp4_moe_backend(settings):
 
 def _fp8_moe_backend(profile, settings):
     """fp8 experts (vllm/model_executor/layers/fused_moe/oracle/fp8.py, select_fp8_moe_backend: the first
-    supported of FlashInfer TRT-LLM, FlashInfer CUTLASS, DeepGEMM, vLLM CUTLASS, Triton, Marlin):
+    supported of FlashInfer TRT-LLM, FlashInfer CUTLASS, DeepGEMM, vLLM CUTLASS, Triton, Marlin, from 0.15.1):
+      * before FP8_FLASHINFER_DEFAULT_SINCE FlashInfer's fp8 experts were opt-in (VLLM_USE_FLASHINFER_MOE_FP8
+        default "0" in 0.11.0 fp8.py and 0.14.1 oracle/fp8.py): Triton from SM89, fp8 Marlin below;
       * the SM100 family: FlashInfer TRT-LLM (TrtLlmFp8Experts: Blackwell only), MOE_OTHER;
       * SM90, block-quantized (128 x 128) weights: Triton under plain tensor parallelism from
         FP8_BLOCK_TRITON_SINCE ("On Hopper for Block Fp8, prefer Triton for TP and FI CUTLASS for EP",
@@ -405,12 +458,12 @@ def _fp8_moe_backend(profile, settings):
       * SM89: Triton (FlashInfer's and vLLM's CUTLASS fp8 experts need SM90);
       * below: fp8 Marlin (W8A16), TritonExperts rejecting fp8 there."""
     capability = _capability(settings) or (9, 0)
-    if capability >= (10, 0):
-        return MOE_OTHER
     if capability < (8, 9):
         return MOE_MARLIN
-    if capability < (9, 0):
+    if capability < (9, 0) or _version(settings) < FP8_FLASHINFER_DEFAULT_SINCE:
         return MOE_TRITON
+    if capability >= (10, 0):
+        return MOE_OTHER
     quant = profile.get("quantization") or {}
     if isinstance(quant.get("group_size"), list):
         plain_tp = _version(settings) >= FP8_BLOCK_TRITON_SINCE and not settings.get("expert_parallel")
@@ -422,15 +475,12 @@ def _fp8_moe_backend(profile, settings):
 
 def marlin_modular(profile, settings):
     """Whether Marlin's experts run as vLLM's modular kernel (MarlinExperts, buffers from the persistent
-    WorkspaceManager) rather than the direct fused_marlin_moe call: always for fp8 (make_fp8_moe_kernel, 0.15.1
-    on) and MXFP4 from the oracle (0.19); for integer weight-only experts from MARLIN_MODULAR_SINCE
-    (compressed-tensors WNA16: 0.23.0 make_wna16_moe_kernel; GPTQ already 0.20)."""
-    method, quant = _quant_method(profile), profile.get("quantization") or {}
-    if method in ("fp8", "fbgemm_fp8") or (quant.get("bits") == 8 and quant.get("weight_type") == "float"):
-        return True
-    if method == "mxfp4":
-        return _version(settings) >= (0, 19, 0)
-    return _version(settings) >= (MARLIN_MODULAR_GPTQ_SINCE if method == "gptq" else MARLIN_MODULAR_SINCE)
+    WorkspaceManager) rather than the direct fused_marlin_moe call, from the version MARLIN_MODULAR_SINCE
+    gives the checkpoint's method (fp8: make_fp8_moe_kernel, present in 0.14.1, while 0.10.1 / 0.11.0 fp8.py
+    call fused_marlin_moe; MXFP4: the 0.19 oracle; GPTQ-Marlin 0.20; AWQ-Marlin 0.22; compressed-tensors
+    WNA16 0.23.0 make_wna16_moe_kernel)."""
+    method = "fp8" if _fp8_experts(profile) else _quant_method(profile)
+    return _version(settings) >= MARLIN_MODULAR_SINCE.get(method, MARLIN_MODULAR_SINCE["compressed-tensors"])
 
 
 # MXFP4 experts as the kernels hold them: hidden padded to a multiple of 256 and each rank's expert width to
@@ -463,34 +513,45 @@ def non_torch_bytes(profile, tp, settings):
     """Buffers outside the forward that the profile run leaves behind: runtime workspaces, and the
     NCCL / all-reduce buffers first touched there when tp > 1 (engines since about 0.11 take the
     baseline after NCCL's init, so its lazy buffers land here)."""
-    return int(COPIES["runtime"] + tensor_parallel_bytes(tp, settings.get("version"), settings.get("gpu_name")))
+    return int(COPIES["runtime"] + tensor_parallel_bytes(tp, settings.get("version"), settings.get("gpu_name"),
+                                                         settings.get("nvlink")))
 
 
 def _baseline_moved(version):
-    return (parse_version(version) or (0, 32, 0)) >= BASELINE_MOVED_SINCE
+    return engine_version(version) >= BASELINE_MOVED_SINCE
 
 
-# Boards that reach each other over PCIe only. Between them vLLM builds none of the buffers that make up most
-# of the tensor-parallel term on NVLink boards: torch symmetric memory and FlashInfer's all-reduce (and its
-# all-reduce + RMSNorm fusion) workspaces exist for SM90 / SM100 only (all_reduce_utils
-# SYMM_MEM_ALL_REDUCE_MAX_SIZES, 0.29), custom all-reduce needs a P2P check cloud PCIe boards often fail;
-# what remains is NCCL's lazily connected channels.
-PCIE_BOARDS = re.compile(r"pcie|\b(l4|l40s?|l20|t4|a2|a10g?|a16|a40|a30|rtx|geforce|quadro|titan)\b|\b\d0[5-9]0\b|a[456]000")
+# Boards that reach each other over PCIe only (no NVLink bridge or switch), told by name when NVML's link state is
+# not known. The tensor-parallel amount is fitted on NVLink boards (H100 / H200 HGX), where NCCL connects NVLink
+# channels (and NVLS buffers on NVSwitch systems, about 0.3 GiB a rank at TP 8: vLLM issue #9699) and SM90 /
+# SM100 add FlashInfer's all-reduce workspaces (all_reduce_utils, 0.29); between PCIe boards NCCL's PCIe / host
+# channels are what remains: COPIES["tensor_parallel_pcie"], an estimate the corpus's PCIe TP 2 totals bear out
+# (2 x L40S v0.16 within 0.31 GiB, 2 x RTX 4090, 2 x L4 v0.29 by tokens).
+PCIE_BOARDS = re.compile(r"pcie|\b(l4|l40s?|l20|t4|p4|p40|p100|a2|a10g?|a16|a40|a30|rtx|geforce|quadro|titan|active)\b"
+                         r"|\b\d0[5-9]0\b|a[456]000")
 
 
 def nvlink_board(gpu_name):
-    """Whether the GPU is an NVLink (SXM / HGX) board; unknown names are taken for one."""
+    """Whether the GPU is an NVLink (SXM / HGX, or NVL-bridged) board by its name; unknown names are taken for
+    one."""
     return not PCIE_BOARDS.search((gpu_name or "").lower())
 
 
-def tensor_parallel_bytes(tp, version, gpu_name=None):
-    """The communicators' buffers the engine counts against the KV cache (0 at tp 1 or on engines
-    that took their baseline after them; NCCL's alone between PCIe boards)."""
-    if tp <= 1 or (parse_version(version) or (0, 32, 0)) < LAZY_NCCL_COUNTED_SINCE:
-        return 0
-    if not nvlink_board(gpu_name):
-        return int(COPIES["tensor_parallel_pcie"])
-    return int(COPIES["tensor_parallel" if _baseline_moved(version) else "tensor_parallel_early"])
+def tensor_parallel_term(tp, version, gpu_name=None, nvlink=None):
+    """Which COPIES amount the communicators' buffers take on one rank (None: none counted, at tp 1 or on
+    engines that took their baseline after them). nvlink: whether the GPUs are NVLink-connected (NVML's link
+    state), else told by the board's name."""
+    if tp <= 1 or engine_version(version) < LAZY_NCCL_COUNTED_SINCE:
+        return None
+    if not (nvlink if nvlink is not None else nvlink_board(gpu_name)):
+        return "tensor_parallel_pcie"
+    return "tensor_parallel" if _baseline_moved(version) else "tensor_parallel_early"
+
+
+def tensor_parallel_bytes(tp, version, gpu_name=None, nvlink=None):
+    """The communicators' buffers the engine counts against the KV cache, one rank (tensor_parallel_term)."""
+    term = tensor_parallel_term(tp, version, gpu_name, nvlink)
+    return int(COPIES[term]) if term else 0
 
 
 def cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens):

@@ -18,6 +18,7 @@ __metaclass__ = type
 import json
 import socket
 
+from ansible.module_utils.six.moves.http_client import HTTPException
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 from ansible.module_utils.six.moves.urllib.request import ProxyHandler, Request, build_opener
 
@@ -30,14 +31,15 @@ NO_ANSWER, TIMED_OUT = "no_answer", "timed_out"
 
 
 def ask(url, timeout, headers=None):
-    """(status code, body text, why): code None when nothing answered, why then TIMED_OUT (something
-    listens but did not answer in time: an engine busy serving) or NO_ANSWER (refused, unreachable)."""
+    """(status code, body text, why): code None when nothing answered, why then TIMED_OUT (no answer in time:
+    on the host's own loopback, an engine too busy serving to answer, or hung) or NO_ANSWER (refused,
+    unreachable, a broken answer)."""
     try:
         response = _OPENER.open(Request(url, headers=headers or {}), timeout=timeout)
         return response.getcode(), response.read().decode("utf-8", "replace"), None
     except HTTPError as exc:
         return exc.code, "", None
-    except (URLError, OSError, ValueError) as exc:
+    except (URLError, OSError, ValueError, HTTPException) as exc:
         reason = getattr(exc, "reason", exc)
         return None, "", TIMED_OUT if isinstance(reason, socket.timeout) else NO_ANSWER
 

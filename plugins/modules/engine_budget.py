@@ -23,10 +23,11 @@ description:
     below that, so the utilization is lowered to what is free (rounded down to 0.01) and the reason is returned.
   - "Per GPU, the way the engine accounts: KV available = ceil(total x utilization) - weights - the profile run's
     transient peak (a dummy forward of O(max_num_batched_tokens) tokens, then the sampler over O(max_num_seqs)
-    rows of the full vocabulary) - the fused-MoE workspace - non-torch memory (NCCL buffers with tp > 1, quantized
-    expert kernels) - the CUDA-graph estimate (engines that count it before the KV cache, about v0.21 on, unless
-    O(enforce_eager=true)); each term is its own line of RV(budget_gib). With O(kv_cache_memory_bytes) (the CPU
-    engine's C(VLLM_CPU_KVCACHE_SPACE)) the KV cache is exactly that."
+    rows of the full vocabulary) - the V2 model runner's sampling state - the expert kernels' buffers (the kernel
+    vLLM picks for the checkpoint, the GPU and the version) - non-torch memory (runtime workspaces, NCCL and
+    all-reduce buffers with tp > 1) - the CUDA-graph estimate (engines that count it before the KV cache, v0.20
+    on, unless O(enforce_eager=true)); each term is its own line of RV(budget_gib). With O(kv_cache_memory_bytes)
+    (the CPU engine's C(VLLM_CPU_KVCACHE_SPACE)) the KV cache is exactly that."
   - "The KV cache is laid out by layer group the way vLLM's hybrid allocator does it (full attention, sliding
     window, MLA latents, linear-attention state, fp8 KV, block rounding), so RV(kv_cache_tokens) and
     RV(max_concurrency) are the engine's C(GPU KV cache size) and C(Maximum concurrency) lines."

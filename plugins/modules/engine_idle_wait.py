@@ -93,9 +93,11 @@ def poll(base):
     An engine that takes longer than ANSWER_SECONDS to answer is still there, most likely busy with the
     very requests the drain waits for (a loaded CPU host): it is polled again, never taken for gone."""
     code, body, why = ask(base + "/metrics", ANSWER_SECONDS)
+    if why == TIMED_OUT:
+        return "unanswered", vllm_metrics.load("")
     if code != 200:
         health, _body, health_why = ask(base + "/health", ANSWER_SECONDS)
-        if TIMED_OUT in (why, health_why) and health != 200:
+        if health_why == TIMED_OUT:
             return "unanswered", vllm_metrics.load("")
         return ("not_serving" if health != 200 else "no_metrics"), vllm_metrics.load("")
     load = vllm_metrics.load(body)

@@ -17,7 +17,7 @@ description:
     CPU variants) and its version, without importing vLLM (fast, no GPU touched).
   - The version matters to the budget because vLLM's defaults and memory accounting changed between
     versions (default C(gpu_memory_utilization) 0.9 then 0.92, CUDA-graph memory counted before the KV
-    cache from about v0.21, the batch defaults per GPU); the platform decides how the KV cache is sized
+    cache from v0.20, the batch defaults per GPU); the platform decides how the KV cache is sized
     (the CPU engine takes C(VLLM_CPU_KVCACHE_SPACE) as it is).
 author:
   - hy3.fleet maintainers (@hy3-fleet)

@@ -486,33 +486,30 @@ def test_moe_backend_from_the_checkpoint_the_gpu_and_the_engine_version():
     assert backend(fp8_block, dict(h200, moe_backend="FLASHINFER_CUTLASS")) == em.MOE_FLASHINFER_CUTLASS
 
 
-def test_expert_buffers_have_their_kernels_shapes():
-    # Qwen3-235B-A22B shapes at TP 4: hidden 4096, 128 experts of width 1536 (384 a rank), top 8
+@pytest.mark.parametrize("checkpoint, version, gpu, gib", [
+    # Qwen3-235B-A22B's shapes at TP 4 over 32768 batched tokens: hidden 4096, 128 experts of width 1536 (384 a
+    # rank), top 8. Triton (TritonExperts.workspace_shapes): 32768 x 8 x (4096 + 4096) x 2 B.
+    (None, "0.19.0", "NVIDIA H100 80GB HBM3", 4.0),
+    (None, "0.15.1", "NVIDIA H100 80GB HBM3", 2.0),                 # 16K-token chunks under TP before 0.18
+    # FlashInfer CUTLASS (block fp8 on Hopper, 0.15.1): one chunk's 16384 x 8 x (3 x 4096 + 128 + 4 x 384 + 16)
+    # + 4 x 128 x 16384, and vLLM's (16384 + 32768) x 4096 output rows
+    ("fp8_block", "0.15.1", "NVIDIA H100 80GB HBM3", 2.0879),
+    # Marlin int4, called directly up to 0.22: 32768 x 8 x (4096 + 384) + 32768 x 4096
+    ("int4", "0.22.0", "NVIDIA H100 80GB HBM3", 2.4375),
+    ("int4", "0.23.0", "NVIDIA H100 80GB HBM3", 4.25),              # the modular kernel: Triton's + the output
+    ("fp8_block", "0.11.0", "NVIDIA A100-SXM4-80GB", 2.4375),       # fp8 Marlin, called directly
+    ("fp8_block", "0.15.1", "NVIDIA A100-SXM4-80GB", 2.25),         # modular, one 16K-token chunk
+    ("fp8_block", "0.19.0", "NVIDIA A100-SXM4-80GB", 4.25),         # modular, unchunked
+])
+def test_expert_buffers_have_their_kernels_shapes(checkpoint, version, gpu, gib):
     profile = dict(HY3, hidden_size=4096, moe=dict(HY3["moe"], num_experts=128, moe_intermediate_size=1536))
-    tokens, k, width, hidden = 32768, 8, 384, 4096
-    routed = tokens * k
-    triton = (max(routed * max(width, hidden), tokens * hidden) + routed * max(2 * width, hidden)) * 2
-    settings = {"version": "0.19.0", "gpu_name": "NVIDIA H100 80GB HBM3", "max_num_batched_tokens": tokens}
-    assert engine_memory.moe_workspace_bytes(profile, 4, settings) == triton                  # unquantized
-    # before 0.18 the modular kernels worked in 16K-token chunks under TP
-    assert engine_memory.moe_workspace_bytes(profile, 4, dict(settings, version="0.15.1")) == triton // 2
-    # FlashInfer CUTLASS: its own buffers over one chunk plus vLLM's output rows
-    block = dict(profile, quantization={"method": "fp8", "bits": 8, "group_size": [128, 128]})
-    chunk = 16384
-    flashinfer = (chunk * k * (3 * hidden + hidden // 32 + 4 * width + 16) + 4 * 128 * chunk
-                  + 2 * hidden * (chunk + tokens))
-    assert engine_memory.moe_workspace_bytes(block, 4, dict(settings, version="0.15.1")) == flashinfer
-    # Marlin: fused_marlin_moe's transient buffers until 0.22 for int4 experts, the modular kernel's from 0.23
-    int4 = dict(profile, quantization={"method": "compressed-tensors", "bits": 4})
-    direct = (routed * (max(2 * width, hidden) + width) + tokens * hidden) * 2
-    modular = triton + tokens * hidden * 2
-    assert engine_memory.moe_workspace_bytes(int4, 4, dict(settings, version="0.22.0")) == direct
-    assert engine_memory.moe_workspace_bytes(int4, 4, dict(settings, version="0.23.0")) == modular > direct
-    # fp8 Marlin (an A100) has run as the modular kernel since 0.15.1
-    a100 = dict(settings, version="0.15.1", gpu_name="NVIDIA A100-SXM4-80GB")
-    assert engine_memory.moe_workspace_bytes(block, 4, a100) == modular
+    quantization = {"fp8_block": {"method": "fp8", "bits": 8, "group_size": [128, 128]},
+                    "int4": {"method": "compressed-tensors", "bits": 4}}.get(checkpoint)
+    profile = dict(profile, quantization=quantization) if quantization else profile
+    settings = {"version": version, "gpu_name": gpu, "max_num_batched_tokens": 32768}
+    assert round(engine_memory.moe_workspace_bytes(profile, 4, settings) / GIB, 4) == gib
     # no kernel family keeps a fixed buffer besides these: the non-torch line is the runtime's and the TP buffers'
-    assert engine_memory.non_torch_bytes(block, 4, settings) == engine_memory.non_torch_bytes(profile, 4, settings)
+    assert engine_memory.non_torch_bytes(profile, 4, settings) == engine_memory.non_torch_bytes(HY3, 4, settings)
 
 
 def test_only_the_last_stage_profiles_the_sampler():
@@ -550,26 +547,53 @@ def test_model_runner_v2_samples_greedily_and_keeps_per_request_state():
     assert engine_memory.sampler_bytes(profile, 10, 1000, "0.29.0") == 10 * 1000 * 2 + 2 * rows
     assert engine_memory.sampler_bytes(profile, 10, 1000, "0.29.0", tp=2) == 10 * 1000 * 2 + int(2.5 * 2 * rows)
     assert engine_memory.sampler_state_bytes(profile, 1000, "0.30.0") == int(4.25 * rows)
-    assert engine_memory.sampler_state_bytes(profile, 1000, "0.25.1") == 0
+    assert engine_memory.sampler_state_bytes(profile, 1000, "0.21.0") == 0          # the V1 runner
     settings = {"version": "0.30.0", "max_num_batched_tokens": 2048, "max_num_seqs": 1000}
-    lines = engine_memory.overhead(profile, 1, settings)
-    assert lines["sampler_state"] == int(4.25 * rows)
-    assert lines["total"] == sum(value for key, value in lines.items() if key != "total")
+    assert engine_memory.overhead(profile, 1, settings)["sampler_state"] == int(4.25 * rows)
     assert engine_memory.overhead(profile, 1, dict(settings, last_pp_stage=False))["sampler_state"] == 0
 
 
+@pytest.mark.parametrize("version, architecture, moe, quantized, v2", [
+    ("0.21.0", "Qwen3ForCausalLM", False, False, False),
+    ("0.22.0", "Qwen3ForCausalLM", False, False, True),      # listed, dense, unquantized
+    ("0.22.0", "Qwen3ForCausalLM", False, True, False),
+    ("0.23.0", "LlamaForCausalLM", False, False, True),
+    ("0.24.0", "Qwen2MoeForCausalLM", True, False, True),    # listed
+    ("0.24.0", "Gemma2ForCausalLM", False, False, False),
+    ("0.25.1", "Gemma2ForCausalLM", False, False, True),     # any dense model from 0.25
+    ("0.25.1", "HYV3ForCausalLM", True, True, False),        # Hy3: MoE, not listed
+    ("0.29.0", "HYV3ForCausalLM", True, True, True),         # every model
+])
+def test_model_runner_v2_follows_the_version_and_the_architecture(version, architecture, moe, quantized, v2):
+    profile = dict(TINY, architecture=architecture, moe=HY3["moe"] if moe else None,
+                   quantization={"method": "fp8", "bits": 8} if quantized else None)
+    assert engine_memory.model_runner_v2(version, profile) is v2
+
+
 def test_tensor_parallel_buffers_follow_the_engine_version():
-    # v0.10: none counted; v0.11 - v0.17: about 0.25 GiB a rank; from v0.18: about 1.9 GiB (public TP 2 / TP 4 logs).
+    # v0.10: none counted; v0.11 - v0.17: a few tenths of a GiB a rank; from v0.18: about 2 GiB (public TP 2 / TP 4
+    # logs print 2.06 - 2.21 GiB of non-torch growth against 0.25 at TP 1).
     assert engine_memory.tensor_parallel_bytes(1, "0.19.0") == 0
     assert engine_memory.tensor_parallel_bytes(2, "0.10.1") == 0
     assert engine_memory.tensor_parallel_bytes(2, "0.11.0") == int(engine_memory.COPIES["tensor_parallel_early"])
     assert engine_memory.tensor_parallel_bytes(4, "0.18.0") == int(engine_memory.COPIES["tensor_parallel"])
-    assert engine_memory.COPIES["tensor_parallel"] > 4 * engine_memory.COPIES["tensor_parallel_early"]
-    # between PCIe boards NCCL's channels alone: no symmetric-memory / FlashInfer all-reduce workspaces
-    pcie = int(engine_memory.COPIES["tensor_parallel_pcie"])
-    assert engine_memory.tensor_parallel_bytes(2, "0.29.0", "NVIDIA L4") == pcie
-    assert engine_memory.tensor_parallel_bytes(2, "0.29.0", "NVIDIA H100 PCIe") == pcie
-    assert engine_memory.tensor_parallel_bytes(2, "0.29.0", "NVIDIA A100-SXM4-80GB") > 10 * pcie
+    assert 1.5 * GIB < engine_memory.COPIES["tensor_parallel"] < 2.5 * GIB
+
+
+@pytest.mark.parametrize("gpu, nvlink", [
+    ("NVIDIA L4", False), ("NVIDIA L40S", False), ("Tesla T4", False), ("NVIDIA H100 PCIe", False),
+    ("NVIDIA A100-PCIE-40GB", False), ("NVIDIA GeForce RTX 4090", False), ("NVIDIA RTX A5000", False),
+    ("NVIDIA A10G", False), ("Tesla P40", False), ("NVIDIA A800 40GB Active", False),
+    ("NVIDIA H100 80GB HBM3", True), ("NVIDIA A100-SXM4-80GB", True), ("NVIDIA H200", True), ("NVIDIA B200", True),
+    ("NVIDIA GH200 480GB", True), ("NVIDIA H100 NVL", True), ("NVIDIA A100 80GB", True), (None, True),
+])
+def test_pcie_boards_count_nccl_channels_alone(gpu, nvlink):
+    full = engine_memory.tensor_parallel_bytes(2, "0.29.0", gpu)
+    assert engine_memory.nvlink_board(gpu) is nvlink
+    assert full == int(engine_memory.COPIES["tensor_parallel" if nvlink else "tensor_parallel_pcie"])
+    # NVML's link state, where the facts have it, wins over the name
+    assert engine_memory.tensor_parallel_bytes(2, "0.29.0", gpu, nvlink=not nvlink) == int(
+        engine_memory.COPIES["tensor_parallel_pcie" if nvlink else "tensor_parallel"])
 
 
 def test_pipeline_stages_are_listed_and_the_smallest_cache_is_kept():

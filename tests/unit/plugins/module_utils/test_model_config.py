@@ -328,9 +328,12 @@ def int4_experts(ignore):
 
 @pytest.mark.parametrize("ignore, kept_families, layer_share", [
     (KIMI_K2_IGNORE, ("attention", "shared_experts", "dense_mlp"), 1.0),        # only the routed experts are int4
-    (["lm_head", "re:.*mlp.gate$"], (), 1.0),                                  # a router gate keeps nothing counted
+    (["lm_head", "re:.*mlp.gate$", "re:.*mlp.shared_expert_gate$"], (), 1.0),  # router gates keep nothing counted
+    (["re:.*self_attn.kv_a_proj_with_mqa", "visual.blocks.0.attn.qkv", "re:vision_tower.*"], (), 1.0),  # one
+    # projection named by a pattern, a vision tower's attention: not the language model's attention
     (["model.layers.0.self_attn.q_a_proj", "model.layers.0.self_attn.o_proj", "model.layers.60.self_attn.o_proj"],
      ("attention",), 2 / 61.0),                                               # named modules keep their layers only
+    (["model.layers.*.self_attn", "model.layers.*.mlp.router"], ("attention",), 1.0),     # gpt-oss's spelling
 ])
 def test_the_modules_an_ignore_list_names_stay_16_bit(ignore, kept_families, layer_share):
     from ansible_collections.hy3.fleet.plugins.module_utils.budget import kept_16bit_params, nominal_weight_bytes_per_rank

@@ -18,13 +18,17 @@ class Engine(BaseHTTPRequestHandler):
     metrics = True
     polls = 0
     slow_polls = 0      # polls answered only after SLOW seconds (a host busy serving)
+    slow_metrics = 0    # /metrics scrapes answered late while /health answers at once
 
     def log_message(self, *args):
         pass
 
     def do_GET(self):
         if Engine.slow_polls and self.path in ("/metrics", "/health"):
-            Engine.slow_polls -= 1 if self.path == "/health" else 0
+            Engine.slow_polls -= 1 if self.path == "/metrics" else 0
+            time.sleep(SLOW)
+        elif Engine.slow_metrics and self.path == "/metrics":
+            Engine.slow_metrics -= 1
             time.sleep(SLOW)
         if self.path == "/metrics" and Engine.metrics:
             Engine.polls += 1
@@ -50,7 +54,7 @@ SLOW = 0.5
 
 @pytest.fixture()
 def engine(monkeypatch):
-    Engine.running, Engine.metrics, Engine.polls, Engine.slow_polls = 0, True, 0, 0
+    Engine.running, Engine.metrics, Engine.polls, Engine.slow_polls, Engine.slow_metrics = 0, True, 0, 0, 0
     monkeypatch.setattr(engine_idle_wait, "ANSWER_SECONDS", SLOW / 5)
     server = ThreadingHTTPServer(("127.0.0.1", 0), Engine)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -79,6 +83,13 @@ def test_busy_past_the_timeout_fails_and_says_nothing_changed(engine):
 
 def test_an_engine_too_busy_to_answer_in_time_is_waited_for_not_taken_for_gone(engine):
     Engine.running, Engine.slow_polls = 1, 2
+    out = run_module(engine_idle_wait.main, {"url": url(engine), "timeout": 30, "interval": 0.05})
+    assert not out.failed and out.result["status"] == "idle" and out.result["busy_polls"] >= 2
+
+
+def test_metrics_too_slow_while_health_answers_is_still_waited_for(engine):
+    # a loaded engine may answer the cheap /health in time but not the /metrics scrape
+    Engine.running, Engine.slow_metrics = 1, 2
     out = run_module(engine_idle_wait.main, {"url": url(engine), "timeout": 30, "interval": 0.05})
     assert not out.failed and out.result["status"] == "idle" and out.result["busy_polls"] >= 2
 
