@@ -485,7 +485,8 @@ def plan(profile, tiers, gpus, gpu_memory_utilization=None, kv_cache_dtype="auto
     tiers: dicts with name, present (weight files intact), bits (else the tier's), measured_bytes
     (checkpoint total) or weight_bytes_per_rank, dtype, quantization, weights_dir, reason.
     gpus: dicts with index, total, free (bytes; free already counts our own engine's memory).
-    engine: version, platform (cuda|cpu), gpu_name, max_num_batched_tokens, enforce_eager,
+    engine: version, platform (cuda|cpu), gpu_name, nvlink (the GPUs' NVLink state, None: by the name),
+    max_num_batched_tokens, enforce_eager,
     kv_cache_memory_bytes, runtime_overhead_gib (a flat override), model_id and calibration_entries
     (the calibration store's entries: one whose key matches a setting replaces the modelled
     overhead); unset knobs take the engine version's defaults.
@@ -660,7 +661,7 @@ def add_nodes_needed(result, up_to, plan_for, hopeless=None):
 
 
 def engine_summary(engine):
-    keys = ("version", "platform", "gpu_name", "max_num_batched_tokens", "max_num_batched_tokens_source",
+    keys = ("version", "platform", "gpu_name", "nvlink", "max_num_batched_tokens", "max_num_batched_tokens_source",
             "enforce_eager", "expert_parallel", "cudagraph_counted", "kv_cache_memory_bytes", "runtime_overhead_gib",
             "model_id")
     return {k: engine.get(k) for k in keys}

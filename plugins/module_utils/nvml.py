@@ -115,6 +115,23 @@ def read_pynvml(pynvml):
             pynvml.nvmlShutdown()
 
 
+def _nvlink_active_links(pynvml, handle):
+    """Active NVLink links of one GPU: 0 on a board without NVLink (NVML answers "not supported" for link 0),
+    None where this NVML library has no NVLink query. Links past the device's last answer "invalid argument"."""
+    query = getattr(pynvml, "nvmlDeviceGetNvLinkState", None)
+    if query is None:
+        return None
+    active = 0
+    for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
+        try:
+            active += 1 if query(handle, link) else 0
+        except pynvml.NVMLError_FunctionNotFound:
+            return None
+        except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_InvalidArgument):
+            break
+    return active
+
+
 def _read_device(pynvml, index):
     handle = pynvml.nvmlDeviceGetHandleByIndex(index)
     cc = _optional(pynvml, pynvml.nvmlDeviceGetCudaComputeCapability, handle)
@@ -125,6 +142,7 @@ def _read_device(pynvml, index):
         "name": pynvml.nvmlDeviceGetName(handle),
         "compute_capability": "%d.%d" % tuple(cc) if cc else None,
         "mig_mode": {"current": bool(mig[0]), "pending": bool(mig[1])} if mig else None,
+        "nvlink_active_links": _nvlink_active_links(pynvml, handle),
         "processes": _processes(pynvml, handle),
     }
     mem = _memory(pynvml, handle)
@@ -193,6 +211,7 @@ def parse_smi_gpus(text, fields):
             "memory_api": "nvidia-smi",
             "compute_capability": _smi_value(cols.get("compute_cap", "")),
             "mig_mode": {"current": mig == "Enabled", "pending": pending == "Enabled"} if mig else None,
+            "nvlink_active_links": None,
             "processes": [],
         })
     return devices, sorted(drivers)

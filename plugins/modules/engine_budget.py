@@ -316,9 +316,9 @@ target_note:
   returned: always
   type: str
 engine:
-  description: The engine settings modelled - version, platform, gpu_name, max_num_batched_tokens (and whether
-    it is the engine's default), enforce_eager, cudagraph_counted, kv_cache_memory_bytes, runtime_overhead_gib,
-    model_id.
+  description: The engine settings modelled - version, platform, gpu_name, nvlink (the GPUs' NVLink state from
+    the facts, or null), max_num_batched_tokens (and whether it is the engine's default), enforce_eager,
+    cudagraph_counted, kv_cache_memory_bytes, runtime_overhead_gib, model_id.
   returned: always
   type: dict
 calibration_fields:
@@ -437,12 +437,21 @@ def engine_settings(params):
     gpus = params["gpus"]
     return {
         "version": params["engine_version"], "platform": params["engine_platform"],
-        "gpu_name": gpus[0].get("name") if gpus else None,
+        "gpu_name": gpus[0].get("name") if gpus else None, "nvlink": nvlink_connected(gpus),
         "max_num_batched_tokens": params["max_num_batched_tokens"], "enforce_eager": params["enforce_eager"],
         "expert_parallel": params["expert_parallel"], "kv_cache_memory_bytes": params["kv_cache_memory_bytes"],
         "runtime_overhead_gib": params["runtime_overhead_gib"], "model_id": params["model_id"],
         "calibration_entries": params["calibration_entries"],
     }
+
+
+def nvlink_connected(gpus):
+    """Whether every GPU has an active NVLink link (nvml_facts' nvlink_active_links); None when a GPU's
+    facts cannot tell, so the budget tells by the GPU's name."""
+    links = [gpu.get("nvlink_active_links") for gpu in gpus]
+    if not links or any(count is None for count in links):
+        return None
+    return all(count > 0 for count in links)
 
 
 def gpu_memory(device):

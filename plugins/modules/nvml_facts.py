@@ -107,7 +107,11 @@ ansible_facts:
           description: Whether MIG is currently enabled on any GPU.
           type: bool
         devices:
-          description: One entry per GPU, in NVML index order.
+          description:
+            - One entry per GPU, in NVML index order.
+            - C(nvlink_active_links) counts the GPU's active NVLink links (0 on a PCIe board without NVLink, null
+              from nvidia-smi or an NVML without the query); the budget reads it to tell NVLink tensor
+              parallelism from PCIe.
           type: list
           elements: dict
           sample:
@@ -122,6 +126,7 @@ ansible_facts:
               memory_free_for_engine: 150124150784
               compute_capability: "9.0"
               mig_mode: {current: false, pending: false}
+              nvlink_active_links: 18
               processes: [{pid: 4242, used_memory: 1048576, engine: false}]
               engine_memory: 0
               other_processes_memory: 1048576

@@ -11,8 +11,10 @@ JSON) drives it:
     fault: null                       # library_not_found | driver_not_loaded | version_mismatch | no_permission
     gpus:
       - {name: NVIDIA H200, total_gib: 140, used_gib: 2, reserved_mib: 512,
-         compute_capability: [9, 0], mig: [0, 0], lost: false,
+         compute_capability: [9, 0], mig: [0, 0], lost: false, nvlink_links: 18,
          processes: [{pid: 4242, used_gib: 2}]}
+    # nvlink_links: active NVLink links (0: a PCIe board, NVML answers "not supported"); absent: an NVML
+    # without the query (function not found)
 """
 
 import ctypes
@@ -71,6 +73,8 @@ class FakeNvmlLib:
         if impl is None:
             raise AttributeError(name)
         if name == "nvmlDeviceGetMemoryInfo_v2" and not self.profile.get("memory_v2", True):
+            raise AttributeError(name)
+        if name == "nvmlDeviceGetNvLinkState" and not any("nvlink_links" in gpu for gpu in self.gpus):
             raise AttributeError(name)
 
         def bound(*args):
@@ -167,6 +171,15 @@ class FakeNvmlLib:
         if mig is None:
             return pynvml.NVML_ERROR_NOT_SUPPORTED
         _out(current).value, _out(pending).value = mig
+        return self._check(handle)
+
+    def _nvmlDeviceGetNvLinkState(self, handle, link, ref):
+        links = self._gpu(handle)[1].get("nvlink_links") or 0
+        if not links:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED
+        if link >= links:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        _out(ref).value = 1
         return self._check(handle)
 
     def _nvmlDeviceGetComputeRunningProcesses_v3(self, handle, count_ref, array):

@@ -162,6 +162,22 @@ def test_engine_settings_reach_the_budget(tmp_path):
     assert flat["budget_bytes"]["overhead"] == 2 * GIB and flat["budget_bytes"]["overhead_source"] == "override"
 
 
+def test_nvml_link_state_decides_the_tensor_parallel_buffers(tmp_path):
+    """An H100 named like an SXM board but whose NVML reports no NVLink (a PCIe host) is budgeted with NCCL's
+    PCIe channels alone; unknown link state falls back to the name."""
+    bf16 = sample_checkpoints.write(tmp_path / "bf16")
+    tiers = [{"name": "bf16", "weights_dir": bf16}]
+
+    def budget(links):
+        gpus = devices(2, 80, 80, name="NVIDIA H100 80GB HBM3", nvlink_active_links=links)
+        return run_module(engine_budget.main, args(tiers, gpus=gpus, engine_version="0.19.0")).result
+
+    pcie, nvlink, unknown = budget(0), budget(18), budget(None)
+    assert (pcie["engine"]["nvlink"], nvlink["engine"]["nvlink"], unknown["engine"]["nvlink"]) == (False, True, None)
+    assert nvlink["budget_bytes"]["non_torch"] - pcie["budget_bytes"]["non_torch"] > GIB
+    assert unknown["budget_bytes"]["non_torch"] == nvlink["budget_bytes"]["non_torch"]      # the name says SXM
+
+
 def test_cpu_engine_without_a_kv_size_is_a_clear_error(tmp_path):
     bf16 = sample_checkpoints.write(tmp_path / "bf16")
     out = run_module(engine_budget.main, args([{"name": "bf16", "weights_dir": bf16}], engine_platform="cpu"))

@@ -58,6 +58,20 @@ def test_old_driver_without_memory_v2_falls_back_to_v1():
     assert "nvmlDeviceGetMemoryInfo" in fake.calls
 
 
+@pytest.mark.parametrize("links, active", [
+    (18, 18),          # an SXM / HGX board: every link up
+    (0, 0),            # a PCIe board: NVML answers "not supported" for link 0
+    (None, None),      # an NVML without the query (function not found): unknown, the budget goes by the name
+])
+def test_nvlink_links_are_counted(links, active):
+    gpu = {"total_gib": 80}
+    if links is not None:
+        gpu["nvlink_links"] = links
+    fake_nvml.install({"gpus": [gpu]})
+    gpu0 = run_module(nvml_facts.main, {}).result["ansible_facts"]["hy3_gpus"]["devices"][0]
+    assert gpu0["nvlink_active_links"] == active
+
+
 def test_mig_not_supported_is_null():
     fake_nvml.install({"gpus": [{"total_gib": 24, "mig": None}]})
     gpu0 = run_module(nvml_facts.main, {}).result["ansible_facts"]["hy3_gpus"]["devices"][0]
@@ -131,7 +145,7 @@ def test_falls_back_to_nvidia_smi_without_pynvml(tmp_path, monkeypatch):
     gpu = facts["devices"][0]
     assert gpu["memory_total"] == 81559 * 1024 ** 2 and gpu["memory_free"] == 60567 * 1024 ** 2
     assert gpu["memory_reserved"] == 512 * 1024 ** 2 and gpu["compute_capability"] == "9.0"
-    assert gpu["mig_mode"] == {"current": False, "pending": False}
+    assert gpu["mig_mode"] == {"current": False, "pending": False} and gpu["nvlink_active_links"] is None
     assert gpu["processes"][0]["pid"] == 777 and gpu["other_processes_memory"] == 20480 * 1024 ** 2
 
 
