@@ -321,9 +321,8 @@ def moe_workspace_bytes(profile, tp, settings, act_bytes=2):
         return flashinfer_cutlass_workspace_bytes(tokens, chunk, top_k, inter, hidden, local_experts)
     # Triton experts (and, for want of their own shapes, vLLM's CUTLASS and the other families):
     # TritonExperts.workspace_shapes (fused_moe/fused_moe.py in 0.19 / 0.20, experts/triton_moe.py from 0.21),
-    # chunk x top_k x max(I, hidden),
-    # sharing its buffer with the chunk x hidden output, and chunk x top_k x max(2 I, hidden), in the
-    # activation dtype, kept in vLLM's WorkspaceManager
+    # chunk x top_k x max(I, hidden), sharing its buffer with the chunk x hidden output, and chunk x top_k x
+    # max(2 I, hidden), in the activation dtype, kept in vLLM's WorkspaceManager
     routed = chunk * top_k
     return int((max(routed * max(inter, hidden), chunk * hidden) + routed * max(2 * inter, hidden)) * act_bytes)
 
