@@ -26,7 +26,7 @@ import math
 import re
 
 from ansible_collections.hy3.fleet.plugins.module_utils import calibration, engine_memory, kv_layout
-from ansible_collections.hy3.fleet.plugins.module_utils.model_config import FLOAT4_BLOCK
+from ansible_collections.hy3.fleet.plugins.module_utils.model_config import FLOAT4_BLOCK, dense_layer_indices
 
 GIB = 1024 ** 3
 
@@ -131,7 +131,7 @@ def _named_family(name):
 def _family_layers(profile, family):
     """The decoder layers that hold a family's modules."""
     layers = range(profile["num_hidden_layers"])
-    dense = set((profile.get("moe") or {}).get("dense_layers") or []) if profile.get("moe") else set(layers)
+    dense = dense_layer_indices(profile)
     if family == "shared_experts":
         return [i for i in layers if i not in dense]
     return [i for i in layers if i in dense] if family == "dense_mlp" else list(layers)

@@ -307,9 +307,8 @@ def moe_workspace_bytes(profile, tp, settings, act_bytes=2):
     tokens = settings["max_num_batched_tokens"]
     inter = moe["moe_intermediate_size"] // _expert_split(settings, tp)
     hidden, top_k = profile["hidden_size"], moe["num_experts_per_tok"]
-    version = engine_version(settings.get("version"))
     chunk = tokens
-    if version < FUSED_MOE_UNCHUNKED_SINCE and not settings.get("expert_parallel"):
+    if _version(settings) < FUSED_MOE_UNCHUNKED_SINCE and not settings.get("expert_parallel"):
         chunk = min(tokens, FUSED_MOE_CHUNK_TOKENS)
     backend = moe_backend(profile, settings) if quantized_experts(profile, settings) else MOE_TRITON
     if backend == MOE_MARLIN:
@@ -319,12 +318,17 @@ def moe_workspace_bytes(profile, tp, settings, act_bytes=2):
     if backend == MOE_FLASHINFER_CUTLASS:
         local_experts = moe["num_experts"] // (tp if settings.get("expert_parallel") else 1)
         return flashinfer_cutlass_workspace_bytes(tokens, chunk, top_k, inter, hidden, local_experts)
-    # Triton experts (and, for want of their own shapes, vLLM's CUTLASS and the other families):
-    # TritonExperts.workspace_shapes (fused_moe/fused_moe.py in 0.19 / 0.20, experts/triton_moe.py from 0.21),
-    # chunk x top_k x max(I, hidden), sharing its buffer with the chunk x hidden output, and chunk x top_k x
-    # max(2 I, hidden), in the activation dtype, kept in vLLM's WorkspaceManager
+    # Triton experts (and, for want of their own shapes, vLLM's CUTLASS and the other families)
+    return int(modular_workspace_elements(chunk, top_k, inter, hidden) * act_bytes)
+
+
+def modular_workspace_elements(chunk, top_k, inter, hidden):
+    """The workspace a modular expert kernel keeps in vLLM's WorkspaceManager, in elements of the activation
+    dtype: chunk x top_k x max(I, hidden), sharing its buffer with the chunk x hidden output, and chunk x top_k x
+    max(2 I, hidden) (TritonExperts.workspace_shapes: fused_moe/fused_moe.py in 0.19 / 0.20,
+    experts/triton_moe.py from 0.21; MarlinExperts.workspace_shapes, the same in 0.15.1, 0.19, 0.25.1, 0.29)."""
     routed = chunk * top_k
-    return int((max(routed * max(inter, hidden), chunk * hidden) + routed * max(2 * inter, hidden)) * act_bytes)
+    return max(routed * max(inter, hidden), chunk * hidden) + routed * max(2 * inter, hidden)
 
 
 def marlin_workspace_bytes(tokens, top_k, inter, hidden, act_bytes=2):
@@ -337,14 +341,10 @@ def marlin_workspace_bytes(tokens, top_k, inter, hidden, act_bytes=2):
 
 
 def marlin_modular_workspace_bytes(tokens, chunk, top_k, inter, hidden, act_bytes=2):
-    """MarlinExperts as a modular kernel (workspace_shapes, the same in 0.15.1, 0.19, 0.25.1 and 0.29): chunk x
-    top_k x max(I, hidden), sharing its buffer with the chunk x hidden output, and chunk x top_k x max(2 I,
-    hidden), kept in vLLM's WorkspaceManager; plus the forward's own tokens x hidden output (modular_kernel
-    empty_like). MarlinExperts supports chunking (0.15.1), so before FUSED_MOE_UNCHUNKED_SINCE the workspace is
-    one chunk's."""
-    routed = chunk * top_k
-    return int((max(routed * max(inter, hidden), chunk * hidden) + routed * max(2 * inter, hidden)
-                + tokens * hidden) * act_bytes)
+    """MarlinExperts as a modular kernel: its workspace (modular_workspace_elements) plus the forward's own
+    tokens x hidden output (modular_kernel empty_like). MarlinExperts supports chunking (0.15.1), so before
+    FUSED_MOE_UNCHUNKED_SINCE the workspace is one chunk's."""
+    return int((modular_workspace_elements(chunk, top_k, inter, hidden) + tokens * hidden) * act_bytes)
 
 
 def flashinfer_cutlass_workspace_bytes(tokens, chunk, top_k, inter, hidden, local_experts):

@@ -354,12 +354,25 @@ def gated_mlp_params(hidden, intermediate):
     return 3 * hidden * intermediate
 
 
+def shared_expert_params(profile):
+    """The shared experts of one MoE layer (0 for a dense model)."""
+    moe = profile.get("moe")
+    if not moe:
+        return 0
+    return moe["num_shared_experts"] * gated_mlp_params(profile["hidden_size"], moe["shared_expert_intermediate_size"])
+
+
+def dense_layer_indices(profile):
+    """The decoder layers with a dense MLP: the MoE model's first dense layers, or every layer of a dense model."""
+    moe = profile.get("moe")
+    return set(moe.get("dense_layers") or []) if moe else set(range(profile["num_hidden_layers"]))
+
+
 def moe_layer_params(profile, experts_counted):
     """One MoE MLP: experts_counted routed experts + the shared experts + the router."""
     moe, hidden = profile["moe"], profile["hidden_size"]
     routed = experts_counted * gated_mlp_params(hidden, moe["moe_intermediate_size"])
-    shared = moe["num_shared_experts"] * gated_mlp_params(hidden, moe["shared_expert_intermediate_size"])
-    return routed + shared + hidden * moe["num_experts"]
+    return routed + shared_expert_params(profile) + hidden * moe["num_experts"]
 
 
 def count_params(profile):
@@ -371,7 +384,7 @@ def count_params(profile):
     attention = attention_params(profile)
     dense_mlp = gated_mlp_params(hidden, profile["intermediate_size"])
     moe = profile.get("moe")
-    dense_layers = set(moe["dense_layers"]) if moe else set(range(layers))
+    dense_layers = dense_layer_indices(profile)
     moe_layers = layers - len(dense_layers)
     norms = 2 * hidden * layers + hidden
     common = embedding + norms + layers * attention + len(dense_layers) * dense_mlp
@@ -379,7 +392,6 @@ def count_params(profile):
     active = common + (moe_layers * moe_layer_params(profile, moe["num_experts_per_tok"]) if moe else 0)
     mtp_mlp = moe_layer_params(profile, moe["num_experts"]) if moe else dense_mlp
     mtp_layer = attention + mtp_mlp + 2 * hidden * hidden + 5 * hidden   # + eh_proj; 2 layer + 3 mtp norms
-    shared = moe["num_shared_experts"] * gated_mlp_params(hidden, moe["shared_expert_intermediate_size"]) if moe else 0
     return {"total": total, "active": active, "embedding": embedding, "attention": layers * attention,
-            "shared_experts": moe_layers * shared, "dense_mlp": len(dense_layers) * dense_mlp,
+            "shared_experts": moe_layers * shared_expert_params(profile), "dense_mlp": len(dense_layers) * dense_mlp,
             "mtp": profile.get("num_nextn_predict_layers", 0) * mtp_layer}
