@@ -94,6 +94,11 @@ def engine_of(case, settings, entries=None):
         engine["cudagraph_counted"] = settings["cudagraph_counted"]
     if settings.get("moe_backend"):     # only where the engine's log (or the write-up quoting it) names it
         engine["moe_backend"] = settings["moe_backend"]
+    if settings.get("flashinfer_sampler") is not None:      # where the log or the install says
+        engine["flashinfer_sampler"] = settings["flashinfer_sampler"]
+    for knob in ("max_cudagraph_capture_size", "async_scheduling"):    # where the run set them
+        if settings.get(knob) is not None:
+            engine[knob] = settings[knob]
     return engine
 
 
@@ -261,19 +266,34 @@ def fit_features(case):
     return rows
 
 
+def least_squares(rows, targets):
+    """Ordinary least squares by the normal equations (a handful of columns: no numpy needed)."""
+    size = len(rows[0])
+    normal = [[sum(r[i] * r[j] for r in rows) for j in range(size)] + [sum(r[i] * y for r, y in zip(rows, targets))]
+              for i in range(size)]
+    for col in range(size):                     # Gauss-Jordan with partial pivoting
+        pivot = max(range(col, size), key=lambda row: abs(normal[row][col]))
+        normal[col], normal[pivot] = normal[pivot], normal[col]
+        if abs(normal[col][col]) < 1e-12:
+            normal[col][col] = 1e-12            # a column with no case behind it: its coefficient stays ~0
+        for row in range(size):
+            if row != col:
+                factor = normal[row][col] / normal[col][col]
+                normal[row] = [a - factor * b for a, b in zip(normal[row], normal[col])]
+    return [normal[i][size] / normal[i][i] for i in range(size)]
+
+
 def nnls(rows, targets):
     """Least squares with every coefficient >= 0 (active set: drop the most negative and refit)."""
-    import numpy
     active = list(range(len(rows[0])))
-    matrix, y = numpy.array(rows), numpy.array(targets)
     while True:
-        coef = numpy.linalg.lstsq(matrix[:, active], y, rcond=None)[0]
+        coef = least_squares([[row[i] for i in active] for row in rows], targets)
         if min(coef) >= 0:
             full = [0.0] * len(rows[0])
             for index, value in zip(active, coef):
                 full[index] = float(value)
             return full
-        active.pop(int(numpy.argmin(coef)))
+        active.pop(coef.index(min(coef)))
 
 
 HUBER_GIB = 0.5

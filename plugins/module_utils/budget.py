@@ -275,6 +275,7 @@ def calibration_fields(ctx, state):
         "quantization": state["tier"]["name"], "tensor_parallel_size": ctx["tp"],
         "max_num_batched_tokens": engine["max_num_batched_tokens"], "max_num_seqs": state["max_num_seqs"],
         "enforce_eager": bool(engine.get("enforce_eager")), "kv_cache_dtype": ctx["kv_cache_dtype"],
+        "dtype": state["tier"].get("dtype") or "bfloat16",
     }
 
 
@@ -349,7 +350,7 @@ def evaluate_stage(state, ctx, share, overhead):
     kv_dtype_bytes = KV_DTYPE_BYTES.get(ctx["kv_cache_dtype"], DTYPE_BYTES.get(tier.get("dtype") or "bfloat16", 2))
     draft_layers = (profile.get("num_nextn_predict_layers") or 0) if ctx["load_mtp"] and (not share or share["last"]) else 0
     layout = kv_layout.layout(profile, tp, kv_dtype_bytes, ctx["block_size"], state["max_model_len"],
-                              engine["max_num_batched_tokens"], draft_layers)
+                              engine_memory.in_flight_tokens(profile, engine, ctx["pp"]), draft_layers)
     cap = kv_layout.capacity(layout, available, engine.get("tokens_from_concurrency", True))
     one_request = kv_layout.bytes_for_requests(layout, 1)
     needed = kv_layout.bytes_for_requests(layout, state["max_num_seqs"])
@@ -486,7 +487,7 @@ def plan(profile, tiers, gpus, gpu_memory_utilization=None, kv_cache_dtype="auto
     (checkpoint total) or weight_bytes_per_rank, dtype, quantization, weights_dir, reason.
     gpus: dicts with index, total, free (bytes; free already counts our own engine's memory).
     engine: version, platform (cuda|cpu), gpu_name, nvlink (the GPUs' NVLink state, None: by the name),
-    max_num_batched_tokens, enforce_eager,
+    max_num_batched_tokens, enforce_eager, flashinfer_sampler (engine_memory.sorting_sampler),
     kv_cache_memory_bytes, runtime_overhead_gib (a flat override), model_id and calibration_entries
     (the calibration store's entries: one whose key matches a setting replaces the modelled
     overhead); unset knobs take the engine version's defaults.
@@ -662,7 +663,7 @@ def add_nodes_needed(result, up_to, plan_for, hopeless=None):
 
 def engine_summary(engine):
     keys = ("version", "platform", "gpu_name", "nvlink", "max_num_batched_tokens", "max_num_batched_tokens_source",
-            "enforce_eager", "expert_parallel", "cudagraph_counted", "kv_cache_memory_bytes", "runtime_overhead_gib",
+            "enforce_eager", "expert_parallel", "flashinfer_sampler", "cudagraph_counted", "kv_cache_memory_bytes", "runtime_overhead_gib",
             "model_id")
     return {k: engine.get(k) for k in keys}
 

@@ -27,8 +27,9 @@ import os
 import tempfile
 
 STORE_FORMAT = 1
+# dtype: the model's activation dtype (--dtype), which doubles the profile run's activations in float32.
 KEY_FIELDS = ("gpu_name", "engine_version", "model", "quantization", "tensor_parallel_size",
-              "max_num_batched_tokens", "max_num_seqs", "enforce_eager", "kv_cache_dtype")
+              "max_num_batched_tokens", "max_num_seqs", "enforce_eager", "kv_cache_dtype", "dtype")
 GIB = 1024 ** 3
 
 MEASURED, NOT_MEASURED, EXPLICIT_KV = "measured", "not_measured", "explicit_kv"

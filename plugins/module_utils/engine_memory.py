@@ -51,8 +51,8 @@ COPIES = {
                               # buffer (measured, not fitted: "torch peak memory increase" of 36 single-GPU and
                               # TP logs of v0.17 - v0.19 in bench/kv_corpus whose peak is the sampler's,
                               # vocabularies 49K - 262K: 14.7 - 15.6 bytes)
-    "sampler_bytes_legacy": 38.4,     # the same before v0.17, whose dummy sampler run cloned the logits
-                                      # and sorted them (v0.11 - v0.16 logs: 38.4 - 38.5 bytes)
+    "sampler_bytes_legacy": 38.4,     # the same where the top-k / top-p step is PyTorch's full sort of the
+                                      # logits (sorting_sampler; v0.11 - v0.16 logs: 38.4 - 38.5 bytes)
     "transient": 1.0,          # scale of the forward's transient peak (forward-bound logs: 0.92 - 1.07)
     "runtime": 0.27 * GIB,    # non-torch growth of one rank in the profile run: cuBLAS / cuDNN workspaces,
                               # model-runner buffers (fitted; single-GPU v0.18 - v0.19 logs print "non-torch
@@ -61,8 +61,8 @@ COPIES = {
     "tensor_parallel": 1.94 * GIB,    # NCCL / all-reduce buffers first touched in the profile (tp > 1), on
                                       # engines that count them in full (BASELINE_MOVED_SINCE; v0.19 TP 2 and
                                       # TP 4 logs: non-torch 2.06 - 2.21 GiB against 0.25 at TP 1)
-    "tensor_parallel_early": 0.43 * GIB,  # the share v0.11 - v0.17 engines count (fitted: the v0.11.0 TP 2
-                                          # profiling lines alone give 0.4, the v0.15.1 TP 4 / TP 8 totals less)
+    "tensor_parallel_early": 0.56 * GIB,  # the share v0.11 - v0.17 engines count (fitted on their TP logs; the
+                                          # v0.11.0 TP 2 profiling lines alone give 0.4)
     "tensor_parallel_pcie": 0.10 * GIB,  # the same between PCIe boards (PCIE_BOARDS): NCCL's PCIe channels
                                          # (an estimate; no corpus log prints it apart)
     "graph_per_layer": 0.23 * MIB,    # each captured graph, per decoder layer: the piecewise graph's
@@ -70,9 +70,20 @@ COPIES = {
                                       # "Estimated CUDA graph memory" lines in bench/kv_corpus)
 }
 
-# The sampler's profile run stopped cloning and sorting the full logits in this version.
+# The profile's dummy sampler run applies top-k and top-p (vllm/v1/sample/ops/topk_topp_sampler.py), by one
+# of three implementations: FlashInfer's kernels, or PyTorch's full sort of the logits (about 2.5 times the
+# bytes), or from LEAN_SAMPLER_SINCE a Triton kernel that does not sort (apply_top_k_top_p_triton, 0.17.0).
+# Up to 0.11.0 FlashInfer's is taken whenever the flashinfer package imports: an optional extra of the vllm
+# wheel ("flashinfer" in its METADATA for 0.10.1 and 0.11.0), so a plain pip install sorts. From
+# FLASHINFER_SAMPLER_OPT_IN_SINCE FlashInfer's sampler is opt-in (VLLM_USE_FLASHINFER_SAMPLER=1), so the
+# engine sorts by default until LEAN_SAMPLER_SINCE; from FLASHINFER_SAMPLER_DEFAULT_SINCE it is the default again
+# (vLLM PR #40376, envs.py 0.21.0). Where the host's FlashInfer is not known, engines before
+# SORTING_SAMPLER_DEFAULT_SINCE are taken to have it: the corpus's v0.10.1 logs show FlashInfer's amount and
+# the v0.11.0 docker-image logs the sort's.
 LEAN_SAMPLER_SINCE = (0, 17, 0)
-LEGACY_SAMPLER_SINCE = (0, 11, 0)
+FLASHINFER_SAMPLER_OPT_IN_SINCE = (0, 11, 1)
+FLASHINFER_SAMPLER_DEFAULT_SINCE = (0, 21, 0)
+SORTING_SAMPLER_DEFAULT_SINCE = (0, 11, 0)
 # Engines from about v0.11 count NCCL's lazily allocated buffers against the KV cache: a few tenths of a GiB
 # a rank on v0.11 - v0.17 (public v0.10.1 logs show none at tp 2; the v0.15.1 TP 4 / TP 8 runs fit the small
 # amount), about 1.9 GiB from v0.18 (v0.19 - v0.25 logs). The single-GPU non-torch growth rose at the same
@@ -104,6 +115,10 @@ FP8_BLOCK_TRITON_SINCE = (0, 17, 0)
 # OpenAI's Triton MXFP4 kernels ship inside the vLLM wheel (vllm.third_party.triton_kernels) from this version
 # (seen in 0.14.1; 0.11.0 needed the separate triton_kernels package).
 TRITON_KERNELS_BUNDLED_SINCE = (0, 14, 0)
+# Sliding-window KV groups reserve room for every batch in flight from this version (VllmConfig.max_in_flight_tokens
+# and SlidingWindowSpec.max_admission_blocks_per_request, vllm/config/vllm.py and v1/kv_cache_interface.py 0.26.0;
+# 0.25.1 reserves one batch): in_flight_tokens.
+IN_FLIGHT_BATCHES_SINCE = (0, 26, 0)
 # Marlin experts run as the modular kernel from these versions, by quantization method (marlin_modular);
 # they called fused_marlin_moe directly before.
 MARLIN_MODULAR_SINCE = {"fp8": (0, 14, 0), "mxfp4": (0, 19, 0), "gptq": (0, 20, 0), "awq": (0, 22, 0),
@@ -254,21 +269,76 @@ def model_runner_v2(version, profile):
     return listed or (dense and kv_layout.LINEAR not in (profile.get("layer_types") or []))
 
 
-def sampler_bytes(profile, tokens, rows, version=None, act_bytes=2, tp=1):
+def in_flight_tokens(profile, settings, pp=1):
+    """Tokens scheduled but not yet settled, which a sliding-window (or chunked-local) KV group keeps beyond its
+    window for each request: one batch of max_num_batched_tokens before IN_FLIGHT_BATCHES_SINCE, then every
+    batch in flight (VllmConfig.max_concurrent_batches: pp + 1 with async scheduling on model runner V2, 2 on the
+    V1 runner at pp 1, else pp). Async scheduling is on by default (settings async_scheduling False: off)."""
+    tokens = settings["max_num_batched_tokens"]
+    version = settings.get("version")
+    if engine_version(version) < IN_FLIGHT_BATCHES_SINCE:
+        return tokens
+    if settings.get("async_scheduling") is False:
+        batches = pp
+    elif model_runner_v2(version, profile):
+        batches = pp + 1
+    else:
+        batches = 2 if pp <= 1 else pp
+    return batches * tokens
+
+
+def sampler_bytes(profile, tokens, rows, version=None, act_bytes=2, tp=1, flashinfer_sampler=None):
     """The sampler phase: fp32 logits, probabilities and top-k/top-p buffers over the full vocabulary
     (vocab-parallel logits are gathered on every rank), with the forward's hidden states alive. The
     logits come out in the model's dtype first, so an fp32 model holds 2 more bytes per element.
     Model runner V2's dummy requests sample greedily (an argmax over the model-dtype logits: no fp32 copy,
     no probabilities, vllm/v1/worker/gpu/model_runner.py _dummy_sampler_run, 0.29 - 0.30), so its phase
-    holds the logits alone, gathered over tp ranks (2 + 1/tp copies while the all-gather runs)."""
+    holds the logits alone, gathered over tp ranks (2 + 1/tp copies while the all-gather runs).
+    flashinfer_sampler: see sorting_sampler."""
     hidden_states = tokens * profile["hidden_size"] * act_bytes
     if model_runner_v2(version, profile):
         copies = 1 if tp <= 1 else 2 + 1.0 / tp
         return int(hidden_states + copies * act_bytes * rows * profile["vocab_size"])
-    ver = engine_version(version)
-    legacy = LEGACY_SAMPLER_SINCE <= ver < LEAN_SAMPLER_SINCE
-    per_element = COPIES["sampler_bytes_legacy" if legacy else "sampler_bytes"] + (act_bytes - 2)
+    sorting = sorting_sampler(version, flashinfer_sampler)
+    per_element = COPIES["sampler_bytes_legacy" if sorting else "sampler_bytes"] + (act_bytes - 2)
     return int(hidden_states + per_element * rows * profile["vocab_size"])
+
+
+def sorting_sampler(version, flashinfer_sampler=None):
+    """Whether the dummy sampler run sorts the full logits (PyTorch's top-k / top-p) rather than running
+    FlashInfer's or, from LEAN_SAMPLER_SINCE, the Triton kernel.
+
+    flashinfer_sampler: True where the engine samples with FlashInfer (VLLM_USE_FLASHINFER_SAMPLER=1, or an
+    engine up to 0.11.0 with flashinfer installed), False where it cannot or must not (flashinfer not
+    installed, or the variable set to 0), None when not known: the version's usual case
+    (SORTING_SAMPLER_DEFAULT_SINCE)."""
+    ver = engine_version(version)
+    if ver >= LEAN_SAMPLER_SINCE:
+        return False
+    if flashinfer_sampler is not None:
+        return not flashinfer_sampler
+    return ver >= SORTING_SAMPLER_DEFAULT_SINCE
+
+
+def flashinfer_sampler(version, environment=None, flashinfer_installed=None):
+    """Whether the engine samples with FlashInfer, from what the host tells (None: not known).
+
+    environment: the engine's environment variables (VLLM_USE_FLASHINFER_SAMPLER decides where set);
+    flashinfer_installed: whether the engine's interpreter has the flashinfer-python distribution (None: not
+    asked). Installed is not taken as used: before FLASHINFER_SAMPLER_OPT_IN_SINCE the package must also import
+    (docker-image v0.11.0 logs show the sort's amount), and from it FlashInfer's sampler is opt-in until
+    FLASHINFER_SAMPLER_DEFAULT_SINCE."""
+    if flashinfer_installed is False:
+        return False
+    setting = (environment or {}).get("VLLM_USE_FLASHINFER_SAMPLER")
+    if setting is not None and str(setting).strip() != "":
+        return str(setting).strip() not in ("0", "false", "False")
+    ver = engine_version(version)
+    if ver >= FLASHINFER_SAMPLER_DEFAULT_SINCE:
+        return True
+    if ver >= FLASHINFER_SAMPLER_OPT_IN_SINCE:
+        return False
+    return None
 
 
 def sampler_state_bytes(profile, max_num_seqs, version=None):
@@ -280,30 +350,46 @@ def sampler_state_bytes(profile, max_num_seqs, version=None):
     return int(4.25 * max_num_seqs * profile["vocab_size"])
 
 
-def transient_peak_bytes(profile, tp, max_num_batched_tokens, max_num_seqs, version=None, act_bytes=2,
-                         sampler=True):
-    """The profile run's torch peak above what stays allocated (vLLM's transient_peak_headroom):
-    the larger of the forward and the sampler phase, over max_num_seqs dummy requests.
+def profile_run_phases(profile, tp, max_num_batched_tokens, max_num_seqs, version=None, act_bytes=2,
+                       sampler=True, flashinfer_sampler=None):
+    """The profile run's two torch peaks above what stays allocated, in bytes: (the forward's, the sampler
+    phase's) over max_num_seqs dummy requests; the sampler's is 0 without a sampler.
 
     sampler False: a pipeline stage other than the last, whose profile run is the forward alone
     (vllm/v1/worker/gpu_model_runner.py profile_run runs _dummy_sampler_run only when
     get_pp_group().is_last_rank; the same in v0.10 - v0.32; a public v0.19.0 PP=2 log shows the torch
     peak at 1.10 GiB on the first stage and 2.01 GiB on the last, same weights)."""
     rows = min(max_num_seqs, max_num_batched_tokens)
-    peak = COPIES["transient"] * forward_bytes(profile, tp, max_num_batched_tokens, act_bytes)
-    if sampler:
-        peak = max(peak, sampler_bytes(profile, max_num_batched_tokens, rows, version, act_bytes, tp))
-    return int(peak)
+    forward = int(COPIES["transient"] * forward_bytes(profile, tp, max_num_batched_tokens, act_bytes))
+    if not sampler:
+        return forward, 0
+    return forward, sampler_bytes(profile, max_num_batched_tokens, rows, version, act_bytes, tp, flashinfer_sampler)
+
+
+def transient_peak_bytes(profile, tp, max_num_batched_tokens, max_num_seqs, version=None, act_bytes=2,
+                         sampler=True, flashinfer_sampler=None):
+    """The profile run's torch peak above what stays allocated (vLLM's transient_peak_headroom): the larger
+    of its phases (profile_run_phases)."""
+    return max(profile_run_phases(profile, tp, max_num_batched_tokens, max_num_seqs, version, act_bytes, sampler,
+                                  flashinfer_sampler))
 
 
 def moe_workspace_bytes(profile, tp, settings, act_bytes=2):
     """The expert kernels' buffers over one batch of max_num_batched_tokens tokens, by kernel family
-    (moe_backend), on one rank. Before FUSED_MOE_UNCHUNKED_SINCE the modular kernels (Triton, FlashInfer)
-    worked in chunks of FUSED_MOE_CHUNK_TOKENS tokens under tensor parallelism; the direct Marlin call never
-    did."""
+    (moe_backend), on one rank: moe_workspace_parts, both parts."""
+    return sum(moe_workspace_parts(profile, tp, settings, act_bytes))
+
+
+def moe_workspace_parts(profile, tp, settings, act_bytes=2):
+    """(kept, per call): the expert kernels' buffers that stay allocated once the forward has made them (the
+    modular kernels' workspace and output, held by vLLM's workspace cache), and those each call allocates and
+    frees (the direct fused_marlin_moe call's, FlashInfer CUTLASS's internal workspace). The profile run's
+    torch peak holds the per-call ones only in the forward phase, not in the sampler's.
+    Before FUSED_MOE_UNCHUNKED_SINCE the modular kernels (Triton, FlashInfer) worked in chunks of
+    FUSED_MOE_CHUNK_TOKENS tokens under tensor parallelism; the direct Marlin call never did."""
     moe = _moe(profile)
     if not moe:
-        return 0
+        return 0, 0
     tokens = settings["max_num_batched_tokens"]
     inter = moe["moe_intermediate_size"] // _expert_split(settings, tp)
     hidden, top_k = profile["hidden_size"], moe["num_experts_per_tok"]
@@ -313,13 +399,13 @@ def moe_workspace_bytes(profile, tp, settings, act_bytes=2):
     backend = moe_backend(profile, settings) if quantized_experts(profile, settings) else MOE_TRITON
     if backend == MOE_MARLIN:
         if marlin_modular(profile, settings):
-            return marlin_modular_workspace_bytes(tokens, chunk, top_k, inter, hidden, act_bytes)
-        return marlin_workspace_bytes(tokens, top_k, inter, hidden, act_bytes)
+            return marlin_modular_workspace_bytes(tokens, chunk, top_k, inter, hidden, act_bytes), 0
+        return 0, marlin_workspace_bytes(tokens, top_k, inter, hidden, act_bytes)
     if backend == MOE_FLASHINFER_CUTLASS:
         local_experts = moe["num_experts"] // (tp if settings.get("expert_parallel") else 1)
         return flashinfer_cutlass_workspace_bytes(tokens, chunk, top_k, inter, hidden, local_experts)
     # Triton experts (and, for want of their own shapes, vLLM's CUTLASS and the other families)
-    return int(modular_workspace_elements(chunk, top_k, inter, hidden) * act_bytes)
+    return int(modular_workspace_elements(chunk, top_k, inter, hidden) * act_bytes), 0
 
 
 def modular_workspace_elements(chunk, top_k, inter, hidden):
@@ -348,15 +434,15 @@ def marlin_modular_workspace_bytes(tokens, chunk, top_k, inter, hidden, act_byte
 
 
 def flashinfer_cutlass_workspace_bytes(tokens, chunk, top_k, inter, hidden, local_experts):
-    """FlashInfer's CUTLASS fused MoE over one chunk of tokens (fp8 experts), allocated through torch on
-    every call (flashinfer 0.6.6 cutlass_fused_moe_kernels.cuh getWorkspaceDeviceBufferSizes, with the fp8
-    block-scale GEMM's own workspace): the permuted fp8 activations and their scales, the first GEMM's
-    output (2 I wide) and the second's input, 16 bytes of routing a row, 4 bytes an expert a token; plus
-    the modular kernel's output buffer, chunk + tokens rows of hidden when chunked, else tokens
-    (FusedMoEModularKernel._allocate_buffers, modular_kernel.py, 0.15.1)."""
+    """(kept, per call) of FlashInfer's CUTLASS fused MoE. Per call: its workspace over one chunk of tokens
+    (fp8 experts), allocated through torch on every call (flashinfer 0.6.6 cutlass_fused_moe_kernels.cuh
+    getWorkspaceDeviceBufferSizes, with the fp8 block-scale GEMM's own workspace): the permuted fp8 activations
+    and their scales, the first GEMM's output (2 I wide) and the second's input, 16 bytes of routing a row,
+    4 bytes an expert a token. Kept: the modular kernel's output buffer, chunk + tokens rows of hidden when
+    chunked, else tokens (FusedMoEModularKernel._allocate_buffers, modular_kernel.py, 0.15.1)."""
     internal = chunk * top_k * (3 * hidden + hidden // 32 + 4 * inter + 16) + 4 * local_experts * chunk
     output = 2 * hidden * (chunk + tokens if chunk < tokens else tokens)
-    return int(internal + output)
+    return int(output), int(internal)
 
 
 def quantized_experts(profile, settings):
@@ -553,10 +639,12 @@ def tensor_parallel_bytes(tp, version, gpu_name=None, nvlink=None):
     return int(COPIES[term]) if term else 0
 
 
-def cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens):
+def cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens, max_capture_size=None):
     """vLLM's default capture sizes: 1, 2, 4, every 8 up to 256, every 16 beyond, up to
-    min(max_num_batched_tokens, 2 x max_num_seqs, 512) (vllm/config/vllm.py _set_cudagraph_sizes)."""
-    largest = min(max_num_batched_tokens, 2 * max_num_seqs, MAX_CUDAGRAPH_CAPTURE_SIZE)
+    min(max_num_batched_tokens, 2 x max_num_seqs, 512), or up to the engine's max_cudagraph_capture_size where it
+    is set (vllm/config/vllm.py _set_cudagraph_sizes)."""
+    cap = max_capture_size or min(2 * max_num_seqs, MAX_CUDAGRAPH_CAPTURE_SIZE)
+    largest = min(max_num_batched_tokens, cap)
     sizes = [s for s in (1, 2, 4) if s <= largest]
     sizes += list(range(8, min(256, largest) + 1, 8))
     sizes += list(range(272, largest + 1, 16))
@@ -566,7 +654,8 @@ def cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens):
 def cudagraph_count(settings):
     """Graphs vLLM captures by default: one piecewise graph per capture size, and a full graph for
     each decode size up to max_num_seqs (FULL_AND_PIECEWISE)."""
-    sizes = cudagraph_capture_sizes(settings["max_num_seqs"], settings["max_num_batched_tokens"])
+    sizes = cudagraph_capture_sizes(settings["max_num_seqs"], settings["max_num_batched_tokens"],
+                                    settings.get("max_cudagraph_capture_size"))
     return len(sizes) + len([s for s in sizes if s <= settings["max_num_seqs"]]), sizes
 
 
@@ -585,7 +674,7 @@ def overhead(profile, tp, settings):
     """Every per-rank term between the weights and the KV cache, in bytes, each on its own line.
 
     settings: version, gpu_name, max_num_batched_tokens, max_num_seqs, enforce_eager, cudagraph_counted,
-    expert_parallel, act_bytes (activation dtype size), last_pp_stage (False for a pipeline stage
+    expert_parallel, flashinfer_sampler (sorting_sampler), act_bytes (activation dtype size), last_pp_stage (False for a pipeline stage
     before the last: no sampler in its profile run).
     """
     act = settings.get("act_bytes") or 2
@@ -593,12 +682,15 @@ def overhead(profile, tp, settings):
     if not settings.get("enforce_eager") and settings.get("cudagraph_counted"):
         graphs = cudagraph_bytes(profile, tp, settings, act)
     last_stage = settings.get("last_pp_stage", True)
+    forward, sampler = profile_run_phases(profile, tp, settings["max_num_batched_tokens"], settings["max_num_seqs"],
+                                          settings.get("version"), act, last_stage, settings.get("flashinfer_sampler"))
+    peak = max(forward, sampler)
+    kept, per_call = moe_workspace_parts(profile, tp, settings, act)
     lines = {
-        "activation_peak": transient_peak_bytes(profile, tp, settings["max_num_batched_tokens"],
-                                                settings["max_num_seqs"], settings.get("version"), act,
-                                                sampler=last_stage),
+        "activation_peak": peak,
         "sampler_state": sampler_state_bytes(profile, settings["max_num_seqs"], settings.get("version")) if last_stage else 0,
-        "moe_workspace": moe_workspace_bytes(profile, tp, settings, act),
+        # the per-call buffers raise the peak only by what the forward with them outgrows the sampler phase
+        "moe_workspace": kept + max(0, forward + per_call - peak),
         "non_torch": non_torch_bytes(profile, tp, settings),
         "cudagraph": graphs,
     }

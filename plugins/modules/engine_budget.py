@@ -140,6 +140,18 @@ options:
     description: vLLM C(--enable-expert-parallel); whole experts are spread over the ranks instead of split.
     type: bool
     default: false
+  engine_environment:
+    description:
+      - The engine's environment variables; those that change its memory are modelled (C(VLLM_USE_FLASHINFER_SAMPLER)
+        picks the sampler the profile run uses).
+    type: dict
+    default: {}
+  flashinfer_installed:
+    description:
+      - Whether the engine's interpreter has C(flashinfer-python) (RV(hy3.fleet.engine_info#module:flashinfer)).
+        Without it engines up to v0.11.0 sort the full logits in the profile run, about 2.5 times FlashInfer's
+        memory over max_num_seqs x vocabulary. Unset, the engine version's usual case.
+    type: bool
   kv_cache_memory_bytes:
     description:
       - The KV cache size the engine is told (C(--kv-cache-memory-bytes), or C(VLLM_CPU_KVCACHE_SPACE) GiB on the
@@ -318,6 +330,7 @@ target_note:
 engine:
   description: The engine settings modelled - version, platform, gpu_name, nvlink (the GPUs' NVLink state from
     the facts, or null), max_num_batched_tokens (and whether it is the engine's default), enforce_eager,
+    flashinfer_sampler (whether the profile run samples with FlashInfer, null when the version decides),
     cudagraph_counted, kv_cache_memory_bytes, runtime_overhead_gib, model_id.
   returned: always
   type: dict
@@ -390,7 +403,7 @@ reason:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.hy3.fleet.plugins.module_utils import budget, checkpoint
+from ansible_collections.hy3.fleet.plugins.module_utils import budget, checkpoint, engine_memory
 from ansible_collections.hy3.fleet.plugins.module_utils.weight_files import inspect_weights
 
 TIER_SPEC = dict(
@@ -411,6 +424,8 @@ ARGUMENT_SPEC = dict(
     max_num_batched_tokens=dict(type="int", no_log=False),
     enforce_eager=dict(type="bool", default=False),
     expert_parallel=dict(type="bool", default=False),
+    engine_environment=dict(type="dict", default={}),
+    flashinfer_installed=dict(type="bool"),
     kv_cache_memory_bytes=dict(type="int"),
     model_id=dict(type="str"),
     calibration_entries=dict(type="dict", default={}),
@@ -440,6 +455,8 @@ def engine_settings(params):
         "gpu_name": gpus[0].get("name") if gpus else None, "nvlink": nvlink_connected(gpus),
         "max_num_batched_tokens": params["max_num_batched_tokens"], "enforce_eager": params["enforce_eager"],
         "expert_parallel": params["expert_parallel"], "kv_cache_memory_bytes": params["kv_cache_memory_bytes"],
+        "flashinfer_sampler": engine_memory.flashinfer_sampler(params["engine_version"], params["engine_environment"],
+                                                               params["flashinfer_installed"]),
         "runtime_overhead_gib": params["runtime_overhead_gib"], "model_id": params["model_id"],
         "calibration_entries": params["calibration_entries"],
     }

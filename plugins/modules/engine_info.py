@@ -60,6 +60,14 @@ platform:
   description: V(cpu) for the CPU builds, V(cuda) otherwise, null when nothing is installed.
   returned: always
   type: str
+flashinfer:
+  description:
+    - The installed C(flashinfer-python) version, or null. Engines up to v0.11.0 sample with FlashInfer only
+      where it is installed (an optional extra of those wheels), otherwise with a full sort of the logits that
+      takes about 2.5 times the memory in the profile run; M(hy3.fleet.engine_budget) takes this into account.
+  returned: always
+  type: str
+  sample: 0.2.11
 msg:
   description: A sentence saying what was found.
   returned: always

