@@ -347,6 +347,11 @@ def evaluate_stage(state, ctx, share, overhead):
     weights = (measured if measured else nominal) + padding
     lines, source, entry = overhead
     available = int(engine["kv_cache_memory_bytes"]) if source == OVERHEAD_EXPLICIT_KV else ctx["engine_bytes"] - weights - lines["total"]
+    # The extensible KV cache (v0.34) also keeps a margin of the memory free at start; a calibrated overhead
+    # was measured with it already.
+    margin = engine_memory.extensible_margin_bytes(engine, tp, ctx["free_min"] - weights - lines["total"] - available,
+                                                   lines.get("activation_peak")) if source == OVERHEAD_MODEL else 0
+    available -= margin
     kv_dtype_bytes = KV_DTYPE_BYTES.get(ctx["kv_cache_dtype"], DTYPE_BYTES.get(tier.get("dtype") or "bfloat16", 2))
     draft_layers = (profile.get("num_nextn_predict_layers") or 0) if ctx["load_mtp"] and (not share or share["last"]) else 0
     layout = kv_layout.layout(profile, tp, kv_dtype_bytes, ctx["block_size"], state["max_model_len"],
@@ -366,6 +371,7 @@ def evaluate_stage(state, ctx, share, overhead):
         "moe_workspace": lines.get("moe_workspace"),
         "non_torch": lines.get("non_torch"),
         "cudagraph": lines.get("cudagraph"),
+        "warmup_margin": margin,
         "overhead": lines["total"],
         "overhead_source": source,
         "calibrated_by": {k: entry.get(k) for k in ("host", "measured_at")} if entry else None,
@@ -498,7 +504,8 @@ def plan(profile, tiers, gpus, gpu_memory_utilization=None, kv_cache_dtype="auto
     """
     engine, gpu_memory_utilization, max_num_seqs = resolve_engine(engine, gpus, gpu_memory_utilization,
                                                                   max_num_seqs)
-    block_size = block_size or engine_memory.default_block_size(engine["platform"], bool(profile.get("mla")))
+    block_size = block_size or engine_memory.default_block_size(engine["platform"], bool(profile.get("mla")),
+                                                                engine.get("version"))
     validate_request(profile, tiers, gpus, gpu_memory_utilization, kv_cache_dtype, block_size,
                      max_model_len_multiple, engine)
     context = profile["max_position_embeddings"]

@@ -20,9 +20,12 @@ vLLM (V1) sizes the KV cache per rank as (vllm/v1/worker/gpu_worker.py, determin
          - CUDA-graph estimate           (only where the engine counts it before the KV cache:
                                           on by default from v0.20; 0 with enforce_eager)
 
+and from v0.34 (the extensible KV cache) caps that by the memory free at start less a margin
+(extensible_margin_bytes).
+
 Each term below is physics: bytes of tensors of known shapes, times a small number of live copies.
-The expert kernels' buffers have the shapes vLLM's source gives them (the PyPI wheels of 0.10.1 - 0.30.0 and
-the 0.32.0 tree, the version cited where used); the sampler's bytes per element and the forward's scale (COPIES) are measured on the
+The expert kernels' buffers have the shapes vLLM's source gives them (the PyPI wheels of 0.10.1 - 0.34.0,
+the version cited where used); the sampler's bytes per element and the forward's scale (COPIES) are measured on the
 "torch peak memory increase" lines of real startup logs; only the runtime's and the tensor-parallel
 buffers' amounts are fitted (bench/kv_accuracy.py --fit prints the fit); everything else comes from the
 model's config.json and the engine's settings.
@@ -34,6 +37,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import math
 import re
 
 from ansible_collections.hy3.fleet.plugins.module_utils import kv_layout
@@ -115,6 +119,9 @@ FP8_BLOCK_TRITON_SINCE = (0, 17, 0)
 # OpenAI's Triton MXFP4 kernels ship inside the vLLM wheel (vllm.third_party.triton_kernels) from this version
 # (seen in 0.14.1; 0.11.0 needed the separate triton_kernels package).
 TRITON_KERNELS_BUNDLED_SINCE = (0, 14, 0)
+# GB10 (DGX Spark, capability 12.1) takes the small batch defaults whatever its memory (arg_utils.py
+# get_batch_defaults, 0.33.0).
+SMALL_TIER_GB10_SINCE = (0, 33, 0)
 # Sliding-window KV groups reserve room for every batch in flight from this version (VllmConfig.max_in_flight_tokens
 # and SlidingWindowSpec.max_admission_blocks_per_request, vllm/config/vllm.py and v1/kv_cache_interface.py 0.26.0;
 # 0.25.1 reserves one batch): in_flight_tokens.
@@ -130,19 +137,42 @@ FP8_FLASHINFER_DEFAULT_SINCE = (0, 15, 0)
 MODEL_RUNNER_V2_SINCE = (0, 29, 0)
 # vLLM gives >= 160 GiB cards (B200, B300) the largest batch defaults from this version on.
 LARGEST_BATCH_TIER_SINCE = (0, 28, 0)
-# The largest batch captured in a CUDA graph by default: min(2 x max_num_seqs, this) (1024 on SM100).
+# The largest batch captured in a CUDA graph by default: min(2 x max_num_seqs, this), 1024 on SM100 (B200 / B300)
+# from SM100_CAPTURE_SIZE_SINCE (vllm/config/vllm.py _set_cudagraph_sizes, 0.28.0; 512 everywhere in 0.27.0).
 MAX_CUDAGRAPH_CAPTURE_SIZE = 512
+MAX_CUDAGRAPH_CAPTURE_SIZE_SM100 = 1024
+SM100_CAPTURE_SIZE_SINCE = (0, 28, 0)
+# From this version SM100 engines capture prefill graphs on their own token grid up to min(8192, batched tokens)
+# and decode graphs on a request grid up to max_num_seqs (vllm/config/vllm.py _split_cudagraph_capture_sizes,
+# config/compilation.py prefill_ / decode_cudagraph_capture_grid, 0.34.0): 54 and 64 sizes at 8192 / 1024.
+WIDE_CAPTURE_GRIDS_SINCE = (0, 34, 0)
+PREFILL_GRID_TOKENS = 8192
+# Model runner V2's dummy sampler run adds a pass with warm-up sampling parameters (top-k, top-p, penalties,
+# logprobs): the fp32 logits pipeline, as the V1 runner's sampler holds (gpu/model_runner.py _dummy_sampler_run,
+# 0.33.0; 0.32 ran the greedy pass alone).
+V2_SAMPLER_WARMUP_SINCE = (0, 33, 0)
+# The extensible KV cache (on by default on CUDA from this version: vllm/config/cache.py and
+# v1/worker/extensible_kv_cache.py, 0.34.0) sizes the cache after warm-up and CUDA-graph capture from the memory
+# measured then: min(requested - what the engine holds, free at start - what it holds - a margin) - the transient
+# peak, the margin max(1 GiB, 0.75 x the transient peak); gpu_memory_utilization defaults to 1.0 with it, and
+# GPU attention blocks default to 64 tokens (DEFAULT_BLOCK_SIZE).
+EXTENSIBLE_KV_CACHE_SINCE = (0, 34, 0)
+EXTENSIBLE_MARGIN_FLOOR = GIB
+EXTENSIBLE_MARGIN_FRACTION = 0.75
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
 
 
-# The newest engine whose behaviour the model follows: an unknown version is taken for it.
-NEWEST_KNOWN = (0, 32, 0)
+# The newest engine whose behaviour the model follows is 0.34 (EXTENSIBLE_KV_CACHE_SINCE). An engine whose version
+# is not known is taken for the newest one that sizes its cache before warm-up (0.33): what the budget writes for it
+# (a gpu_memory_utilization within free memory) every engine from 0.20 accepts, and 0.34 sizes no larger.
+NEWEST_KNOWN = (0, 34, 0)
+UNKNOWN_VERSION_TAKEN_FOR = (0, 33, 0)
 
 
 def engine_version(text):
-    """(major, minor, patch) of an engine version, the newest known when it cannot be read."""
-    return parse_version(text) or NEWEST_KNOWN
+    """(major, minor, patch) of an engine version; UNKNOWN_VERSION_TAKEN_FOR when it cannot be read."""
+    return parse_version(text) or UNKNOWN_VERSION_TAKEN_FOR
 
 
 def parse_version(text):
@@ -176,21 +206,26 @@ def engine_defaults(version, gpu_name, gpu_total_bytes):
         batched, seqs = 2048, 256
     if ver < (0, 10, 0):
         batched, seqs = max(batched, 2048), 256
+    if ver >= SMALL_TIER_GB10_SINCE and gpu_capability(gpu_name) == (12, 1):
+        batched, seqs = 2048, 256           # GB10 (DGX Spark): unified memory, the small tier whatever its size
+    extensible = ver >= EXTENSIBLE_KV_CACHE_SINCE
     return {
-        "gpu_memory_utilization": 0.92 if ver >= CUDAGRAPH_COUNTED_SINCE else 0.9,
+        "gpu_memory_utilization": 1.0 if extensible else 0.92 if ver >= CUDAGRAPH_COUNTED_SINCE else 0.9,
         "max_num_batched_tokens": batched,
         "max_num_seqs": seqs,
         "cudagraph_counted": ver >= CUDAGRAPH_COUNTED_SINCE,
         "tokens_from_concurrency": ver >= (0, 20, 0),
+        "extensible_kv_cache": extensible,
     }
 
 
-def default_block_size(platform, mla):
+def default_block_size(platform, mla, version=None):
     """Tokens per KV block when none is set: 16 for the usual GPU attention backends, 64 for FlashMLA,
-    128 on the CPU backend (vllm/platforms/cuda.py and cpu.py check_and_update_config, 0.32.0)."""
+    128 on the CPU backend (vllm/platforms/cuda.py and cpu.py check_and_update_config, 0.32.0); 64 on GPUs
+    from EXTENSIBLE_KV_CACHE_SINCE (vllm/config/cache.py DEFAULT_BLOCK_SIZE, 0.34.0)."""
     if platform == "cpu":
         return 128
-    return 64 if mla else 16
+    return 64 if mla or engine_version(version) >= EXTENSIBLE_KV_CACHE_SINCE else 16
 
 
 def _moe(profile):
@@ -292,11 +327,12 @@ def sampler_bytes(profile, tokens, rows, version=None, act_bytes=2, tp=1, flashi
     (vocab-parallel logits are gathered on every rank), with the forward's hidden states alive. The
     logits come out in the model's dtype first, so an fp32 model holds 2 more bytes per element.
     Model runner V2's dummy requests sample greedily (an argmax over the model-dtype logits: no fp32 copy,
-    no probabilities, vllm/v1/worker/gpu/model_runner.py _dummy_sampler_run, 0.29 - 0.30), so its phase
-    holds the logits alone, gathered over tp ranks (2 + 1/tp copies while the all-gather runs).
+    no probabilities, vllm/v1/worker/gpu/model_runner.py _dummy_sampler_run, 0.29 - 0.32), so its phase
+    holds the logits alone, gathered over tp ranks (2 + 1/tp copies while the all-gather runs); from
+    V2_SAMPLER_WARMUP_SINCE a second pass with warm-up sampling parameters holds the fp32 pipeline again.
     flashinfer_sampler: see sorting_sampler."""
     hidden_states = tokens * profile["hidden_size"] * act_bytes
-    if model_runner_v2(version, profile):
+    if model_runner_v2(version, profile) and engine_version(version) < V2_SAMPLER_WARMUP_SINCE:
         copies = 1 if tp <= 1 else 2 + 1.0 / tp
         return int(hidden_states + copies * act_bytes * rows * profile["vocab_size"])
     sorting = sorting_sampler(version, flashinfer_sampler)
@@ -451,7 +487,7 @@ def quantized_experts(profile, settings):
 
 
 # Compute capability by GPU name (the part of the name that identifies it, lower case).
-GPU_CAPABILITY = (("b300", (10, 3)), ("gb300", (10, 3)), ("b200", (10, 0)), ("gb200", (10, 0)),
+GPU_CAPABILITY = (("gb10", (12, 1)), ("b300", (10, 3)), ("gb300", (10, 3)), ("b200", (10, 0)), ("gb200", (10, 0)),
                   ("h100", (9, 0)), ("h200", (9, 0)), ("h20", (9, 0)), ("gh200", (9, 0)), ("h800", (9, 0)),
                   ("rtx pro 6000", (12, 0)), ("5090", (12, 0)), ("l40", (8, 9)), ("l4", (8, 9)), ("4090", (8, 9)),
                   ("4060", (8, 9)), ("ada", (8, 9)), ("a100", (8, 0)), ("a800", (8, 0)), ("a30", (8, 0)),
@@ -594,6 +630,27 @@ def expert_padding_bytes(profile, tp, settings, bits_per_weight):
     return int(3 * extra * experts * max(0, layers) * bits_per_weight / 8)
 
 
+# Device memory already in use when an engine takes its first snapshot (its CUDA context; under tensor
+# parallelism also NCCL's communicators): "Free memory on device (x/y GiB) on startup" of the corpus's v0.19
+# H100 logs, 0.51 GiB a single GPU, 1.53 GiB a rank at TP 2 and TP 4.
+ENGINE_STARTUP_BYTES = int(0.51 * GIB)
+ENGINE_STARTUP_BYTES_TP = int(1.53 * GIB)
+
+
+def extensible_margin_bytes(settings, tp, spare, transient_peak):
+    """What the extensible KV cache (EXTENSIBLE_KV_CACHE_SINCE, CUDA, no explicit KV size) takes off the KV cache
+    beyond the requested budget's own terms: its margin, max(1 GiB, 0.75 x the transient peak), counts against the
+    memory free when the engine starts (spare: free - weights - overhead - the budget's KV), which its CUDA context
+    (and NCCL under tp) already holds part of (measure_kv_cache_bytes, v1/worker/extensible_kv_cache.py 0.34.0).
+    0 when the requested budget is the tighter bound, and on other engines."""
+    if not settings.get("extensible_kv_cache") or settings.get("platform") == "cpu" \
+            or settings.get("kv_cache_memory_bytes"):
+        return 0
+    margin = max(EXTENSIBLE_MARGIN_FLOOR, int(EXTENSIBLE_MARGIN_FRACTION * (transient_peak or 0)))
+    startup = ENGINE_STARTUP_BYTES_TP if tp > 1 else ENGINE_STARTUP_BYTES
+    return max(0, margin + startup - spare)
+
+
 def non_torch_bytes(profile, tp, settings):
     """Buffers outside the forward that the profile run leaves behind: runtime workspaces, and the
     NCCL / all-reduce buffers first touched there when tp > 1 (engines since about 0.11 take the
@@ -639,11 +696,11 @@ def tensor_parallel_bytes(tp, version, gpu_name=None, nvlink=None):
     return int(COPIES[term]) if term else 0
 
 
-def cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens, max_capture_size=None):
+def cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens, max_capture_size=None, default_cap=None):
     """vLLM's default capture sizes: 1, 2, 4, every 8 up to 256, every 16 beyond, up to
-    min(max_num_batched_tokens, 2 x max_num_seqs, 512), or up to the engine's max_cudagraph_capture_size where it
-    is set (vllm/config/vllm.py _set_cudagraph_sizes)."""
-    cap = max_capture_size or min(2 * max_num_seqs, MAX_CUDAGRAPH_CAPTURE_SIZE)
+    min(max_num_batched_tokens, 2 x max_num_seqs, 512 (default_cap)), or up to the engine's
+    max_cudagraph_capture_size where it is set (vllm/config/vllm.py _set_cudagraph_sizes)."""
+    cap = max_capture_size or min(2 * max_num_seqs, default_cap or MAX_CUDAGRAPH_CAPTURE_SIZE)
     largest = min(max_num_batched_tokens, cap)
     sizes = [s for s in (1, 2, 4) if s <= largest]
     sizes += list(range(8, min(256, largest) + 1, 8))
@@ -651,12 +708,40 @@ def cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens, max_capture_si
     return sizes
 
 
+def _walk_grid(limit, step):
+    """1, ..., limit, each size the next multiple of the largest power of two not above step(size)
+    (vllm/config/compilation.py _walk_grid, 0.34.0)."""
+    grid, size = [], 1
+    while size < limit:
+        grid.append(size)
+        stride = 1 << max(0, int(math.floor(math.log(max(1.0, step(size)), 2))))
+        size = (size // stride + 1) * stride
+    return grid + [limit] if limit else []
+
+
+def prefill_capture_grid(max_tokens):
+    """SM100's prefill token grid from WIDE_CAPTURE_GRIDS_SINCE: 54 sizes at 8192."""
+    return _walk_grid(max_tokens, lambda t: min(t, max(8, t / 4.0), 0.07 * max(t, 4096)))
+
+
+def decode_capture_grid(max_requests):
+    """SM100's decode request grid from WIDE_CAPTURE_GRIDS_SINCE: 64 sizes at 1024."""
+    return _walk_grid(max_requests, lambda n: 0.65 * n ** (2.0 / 3))
+
+
 def cudagraph_count(settings):
-    """Graphs vLLM captures by default: one piecewise graph per capture size, and a full graph for
-    each decode size up to max_num_seqs (FULL_AND_PIECEWISE)."""
-    sizes = cudagraph_capture_sizes(settings["max_num_seqs"], settings["max_num_batched_tokens"],
-                                    settings.get("max_cudagraph_capture_size"))
-    return len(sizes) + len([s for s in sizes if s <= settings["max_num_seqs"]]), sizes
+    """(graphs, prefill capture sizes) vLLM captures by default: one piecewise graph per capture size, and a
+    full graph for each decode size up to max_num_seqs (FULL_AND_PIECEWISE); on SM100 from
+    WIDE_CAPTURE_GRIDS_SINCE the prefill and decode grids of their own, unless the run caps the sizes."""
+    ver = engine_version(settings.get("version"))
+    sm100 = (gpu_capability(settings.get("gpu_name")) or (0, 0))[0] == 10
+    seqs, tokens = settings["max_num_seqs"], settings["max_num_batched_tokens"]
+    if sm100 and ver >= WIDE_CAPTURE_GRIDS_SINCE and not settings.get("max_cudagraph_capture_size"):
+        prefill = prefill_capture_grid(min(PREFILL_GRID_TOKENS, tokens))
+        return len(prefill) + len(decode_capture_grid(seqs)), prefill
+    default_cap = MAX_CUDAGRAPH_CAPTURE_SIZE_SM100 if sm100 and ver >= SM100_CAPTURE_SIZE_SINCE else None
+    sizes = cudagraph_capture_sizes(seqs, tokens, settings.get("max_cudagraph_capture_size"), default_cap)
+    return len(sizes) + len([s for s in sizes if s <= seqs]), sizes
 
 
 def cudagraph_bytes(profile, tp, settings, act_bytes=2):

@@ -82,6 +82,9 @@ ENGINE_FAILED = re.compile(r"EngineCore failed to start|Engine core initializati
                            r"|Did not receive response from front-end process")
 KV_TOKENS = re.compile(r"(?:GPU|CPU) KV cache size: ([\d,]+) tokens")
 KV_GIB = re.compile(r"Available KV cache memory: (-?[\d.]+) GiB")
+# vLLM 0.34's extensible KV cache: "Available KV cache memory" is the address range reserved before warm-up; the
+# size kept is settled after it (v1/worker/extensible_kv_cache.py measure_kv_cache_blocks), on a later line.
+KV_GIB_AFTER_WARMUP = re.compile(r"KV cache blocks \((-?[\d.]+) GiB\) fit within the requested")
 WEIGHTS_GIB = re.compile(r"Model loading took ([\d.]+) GiB")
 CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 CUDAGRAPH_ESTIMATE = re.compile(r"Estimated CUDA graph memory: ([\d.]+) GiB")
@@ -109,6 +112,7 @@ def classify(text):
             result["engine_failed"] = line
         _capture(result, "kv_cache_tokens", KV_TOKENS, line, lambda m: int(m.group(1).replace(",", "")))
         _capture(result, "kv_cache_gib", KV_GIB, line, lambda m: float(m.group(1)))
+        _capture(result, "kv_cache_gib", KV_GIB_AFTER_WARMUP, line, lambda m: float(m.group(1)))
         _capture(result, "weights_gib", WEIGHTS_GIB, line, lambda m: float(m.group(1)))
         _capture(result, "max_concurrency", CONCURRENCY, line, lambda m: float(m.group(2)))
         _capture(result, "cudagraph_estimate_gib", CUDAGRAPH_ESTIMATE, line, lambda m: float(m.group(1)))

@@ -122,7 +122,7 @@ options:
   engine_version:
     description:
       - Version of the vLLM engine on the host (M(hy3.fleet.engine_info) reads it); its defaults and accounting
-        are modelled. Unset, the newest behaviour known (0.32).
+        are modelled (up to 0.34). Unset, 0.33's behaviour: the newest engine that sizes its KV cache before warm-up.
     type: str
   engine_platform:
     description: V(cuda) for GPU engines; V(cpu) for the CPU engine, whose KV cache is O(kv_cache_memory_bytes).
@@ -342,7 +342,8 @@ budget_gib:
   description:
     - Budget lines per GPU in GiB - free, engine_request (ceil(total x utilization)), weights_nominal,
       weights_measured, weights, activation_peak, sampler_state, moe_workspace, non_torch, cudagraph, overhead (their sum, or
-      the calibrated or overridden amount), kv_available, kv_one_request, kv_needed, headroom.
+      the calibrated or overridden amount), warmup_margin (what vLLM 0.34's extensible KV cache keeps free beyond
+      them, 0 where the requested budget binds first), kv_available, kv_one_request, kv_needed, headroom.
     - Also overhead_source (V(model), V(calibrated), V(override), V(explicit_kv)), calibrated_by (host and time
       of the measurement used, or null), kv_bytes_per_token, kv_cache_tokens, kv_cache_blocks,
       max_concurrency and starts.

@@ -456,6 +456,53 @@ def test_cuda_graph_estimate_and_092_default_arrive_together_in_v0_20():
         assert (defaults["cudagraph_counted"], defaults["gpu_memory_utilization"]) == (counted, util), version
 
 
+def test_v0_34_sizes_its_cache_after_warm_up_with_a_margin_of_free_memory():
+    """The extensible KV cache (0.34): utilization 1.0 by default, 64-token blocks, and the cache capped by the
+    memory free at start less the engine's startup memory, what it holds and max(1 GiB, 0.75 x the transient
+    peak). An explicit 0.9 leaves more than the margin free, so nothing more is taken."""
+    defaults = engine_memory.engine_defaults("0.34.0", "NVIDIA H200", 140 * GIB)
+    assert (defaults["gpu_memory_utilization"], defaults["extensible_kv_cache"]) == (1.0, True)
+    assert engine_memory.default_block_size("cuda", False, "0.34.0") == 64
+    assert engine_memory.default_block_size("cuda", False, "0.33.0") == 16
+    assert engine_memory.default_block_size("cpu", False, "0.34.0") == 128
+    engine = {"version": "0.34.0", "gpu_name": "NVIDIA H200"}
+    full = plan(HY3, [tier("fp8")], gpus(8, 140), max_model_len=32768, max_num_seqs=16, engine=engine)
+    b = full["budget_bytes"]
+    margin = max(GIB, int(0.75 * b["activation_peak"]))
+    assert full["gpu_memory_utilization"] == 1.0 and b["warmup_margin"] > 0
+    assert b["kv_available"] == b["free"] - engine_memory.ENGINE_STARTUP_BYTES_TP - b["weights"] - b["overhead"] - margin
+    capped = plan(HY3, [tier("fp8")], gpus(8, 140), gpu_memory_utilization=0.9, max_model_len=32768,
+                  max_num_seqs=16, engine=engine)["budget_bytes"]
+    assert capped["warmup_margin"] == 0
+    assert capped["kv_available"] == capped["engine_request"] - capped["weights"] - capped["overhead"]
+    older = plan(HY3, [tier("fp8")], gpus(8, 140), max_model_len=32768, max_num_seqs=16,
+                 engine=dict(engine, version="0.33.0"))["budget_bytes"]
+    assert older["warmup_margin"] == 0 and older["engine_request"] < b["engine_request"]
+
+
+def test_sm100_captures_more_and_larger_graphs():
+    """B200 / B300: capture sizes up to 1024 from 0.28 (512 before); from 0.34 a prefill grid up to 8192 tokens
+    (54 sizes) and a decode grid up to max_num_seqs (64 sizes at 1024). Other GPUs keep the shared sizes."""
+    b200 = {"gpu_name": "NVIDIA B200", "max_num_seqs": 1024, "max_num_batched_tokens": 16384}
+    assert engine_memory.cudagraph_count(dict(b200, version="0.27.0"))[1][-1] == 512
+    assert engine_memory.cudagraph_count(dict(b200, version="0.28.0"))[1][-1] == 1024
+    graphs, sizes = engine_memory.cudagraph_count(dict(b200, version="0.34.0"))
+    assert (graphs, sizes[-1]) == (54 + 64, 8192)
+    h200 = dict(b200, gpu_name="NVIDIA H200", version="0.34.0")
+    assert engine_memory.cudagraph_count(h200)[1][-1] == 512
+
+
+def test_v0_33_model_runner_v2_profiles_the_fp32_sampler_again():
+    """0.33's dummy sampler run adds a pass with warm-up sampling parameters (fp32 logits, top-k / top-p): the
+    14.9 bytes an element of the V1 sampler, not 0.29 - 0.32's logits alone; GB10 takes the small batch tier."""
+    profile = dict(TINY, vocab_size=100000, hidden_size=1000)
+    rows = 1000 * 100000
+    assert engine_memory.sampler_bytes(profile, 10, 1000, "0.32.0") == 10 * 1000 * 2 + 2 * rows
+    assert engine_memory.sampler_bytes(profile, 10, 1000, "0.33.0") == 10 * 1000 * 2 + int(14.9 * rows)
+    gb10 = engine_memory.engine_defaults("0.33.0", "NVIDIA GB10", 119 * GIB)
+    assert (gb10["max_num_batched_tokens"], gb10["max_num_seqs"]) == (2048, 256)
+
+
 def test_moe_backend_from_the_checkpoint_the_gpu_and_the_engine_version():
     fp8_static = dict(HY3, quantization={"method": "fp8", "bits": 8, "activation_scheme": "static"})
     fp8_dynamic = dict(HY3, quantization={"method": "fp8", "bits": 8, "activation_scheme": "dynamic"})

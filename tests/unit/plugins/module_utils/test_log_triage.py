@@ -99,6 +99,20 @@ def test_reads_every_memory_line_of_a_gpu_startup():
     assert result["engine_version"] == "0.22.1" and result["max_num_batched_tokens"] == 8192
 
 
+def test_v0_34_reads_the_cache_kept_after_warm_up_not_the_reservation():
+    """With the extensible KV cache the first GiB line is the reserved range; the size kept comes after
+    warm-up and graph capture (the line's wording from vllm/v1/worker/extensible_kv_cache.py, 0.34.0)."""
+    log = (
+        "INFO [gpu_worker.py:797] Available KV cache memory: 61.9 GiB\n"
+        "INFO [extensible_kv_cache.py:668] Memory after warmup: 9.1 GiB free, 2.0 GiB committed to the KV cache, "
+        "2.9 GiB kept for transient activations (2.9 GiB allocated at peak, 1.2 GiB of torch reservation growth); "
+        "3620 KV cache blocks (56.55 GiB) fit within the requested 79.19 GiB. Torch may reserve up to 20.3 GiB.\n"
+        "INFO [kv_cache_utils.py:1169] GPU KV cache size: 926,720 tokens, Maximum concurrency for 32,768 tokens "
+        "per request: 28.28x\n")
+    result = classify(log)
+    assert (result["kv_cache_gib"], result["kv_cache_tokens"], result["max_concurrency"]) == (56.55, 926720, 28.28)
+
+
 def test_a_log_without_memory_lines_reads_as_unmeasured():
     result = classify("INFO: Application startup complete.\n")
     assert result["kv_cache_tokens"] is None and result["kv_cache_gib"] is None and result["weights_gib"] is None
