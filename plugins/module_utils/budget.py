@@ -347,10 +347,10 @@ def evaluate_stage(state, ctx, share, overhead):
     weights = (measured if measured else nominal) + padding
     lines, source, entry = overhead
     available = int(engine["kv_cache_memory_bytes"]) if source == OVERHEAD_EXPLICIT_KV else ctx["engine_bytes"] - weights - lines["total"]
-    # The extensible KV cache (v0.34) also keeps a margin of the memory free at start; a calibrated overhead
-    # was measured with it already.
-    margin = engine_memory.extensible_margin_bytes(engine, tp, ctx["free_min"] - weights - lines["total"] - available,
-                                                   lines.get("activation_peak")) if source == OVERHEAD_MODEL else 0
+    # The extensible KV cache (v0.34) also keeps a margin of the memory free at start (calibrated overheads are
+    # recorded net of it; a calibrated or flat overhead has no modelled peak, so the margin's floor applies).
+    margin = 0 if source == OVERHEAD_EXPLICIT_KV else engine_memory.extensible_margin_bytes(
+        engine, tp, ctx["free_min"] - ctx["engine_bytes"], lines.get("activation_peak"))
     available -= margin
     kv_dtype_bytes = KV_DTYPE_BYTES.get(ctx["kv_cache_dtype"], DTYPE_BYTES.get(tier.get("dtype") or "bfloat16", 2))
     draft_layers = (profile.get("num_nextn_predict_layers") or 0) if ctx["load_mtp"] and (not share or share["last"]) else 0

@@ -27,9 +27,17 @@ import os
 import tempfile
 
 STORE_FORMAT = 1
-# dtype: the model's activation dtype (--dtype), which doubles the profile run's activations in float32.
 KEY_FIELDS = ("gpu_name", "engine_version", "model", "quantization", "tensor_parallel_size",
               "max_num_batched_tokens", "max_num_seqs", "enforce_eager", "kv_cache_dtype", "dtype")
+# The model's activation dtype (--dtype) as far as memory goes: float32 doubles the profile run's activations,
+# the 16-bit ones (and auto, which vLLM resolves to 16 bits for a float32 checkpoint too) do not differ. Entries
+# recorded before the key named it were 16-bit deployments unless set otherwise, and keep matching as such.
+DTYPE_KEYS = {"float32": "float32", "float": "float32"}
+DTYPE_KEY_16BIT = "16bit"
+
+
+def dtype_key(dtype):
+    return DTYPE_KEYS.get(str(dtype or "").strip().lower(), DTYPE_KEY_16BIT)
 GIB = 1024 ** 3
 
 MEASURED, NOT_MEASURED, EXPLICIT_KV = "measured", "not_measured", "explicit_kv"
@@ -51,9 +59,10 @@ def _normal(value):
 
 def calibration_key(fields):
     """One string per key; every field is required so two keys never collide by omission."""
-    missing = [f for f in KEY_FIELDS if f not in fields]
+    missing = [f for f in KEY_FIELDS if f not in fields and f != "dtype"]
     if missing:
         raise CalibrationError("calibration key lacks %s" % ", ".join(missing))
+    fields = dict(fields, dtype=dtype_key(fields.get("dtype")))
     return "|".join("%s=%s" % (f, _normal(fields[f])) for f in KEY_FIELDS)
 
 
@@ -148,7 +157,9 @@ def measure(engine_lines, budget_table):
                       note="the engine log has no KV cache memory lines (older engine or truncated log); "
                            "the budget's model stays in use")
         return record
-    overhead = budget_table["engine_request"] - budget_table["weights"] - kv_bytes
+    # Net of the margin vLLM 0.34's extensible KV cache kept where the budget said it would bind: that margin
+    # depends on the measuring host's free memory, and the budget applies it again host by host.
+    overhead = budget_table["engine_request"] - budget_table["weights"] - kv_bytes - (budget_table.get("warmup_margin") or 0)
     record.update(status=MEASURED, overhead_bytes=int(overhead), overhead_gib=round(overhead / GIB, 2),
                   note="the engine took %.2f GiB beyond the budget's weights (the model said %.2f GiB)"
                        % (overhead / GIB, budget_table["overhead"] / GIB))
@@ -170,7 +181,7 @@ def record_entry(data, fields, measurement, host, measured_at):
     if measurement.get("status") != MEASURED:
         return data, False
     name = calibration_key(fields)
-    entry = {"key": {f: fields[f] for f in KEY_FIELDS}, "overhead_bytes": int(measurement["overhead_bytes"]),
+    entry = {"key": {f: fields.get(f) for f in KEY_FIELDS}, "overhead_bytes": int(measurement["overhead_bytes"]),
              "host": host, "measured_at": measured_at,
              "engine": {k: measurement.get(k) for k in ENGINE_LINES}}
     old = data["entries"].get(name)

@@ -15,7 +15,7 @@ vLLM (V1) sizes the KV cache per rank as (vllm/v1/worker/gpu_worker.py, determin
          - profile-run activation peak   (a dummy forward of max_num_batched_tokens tokens, then the
                                           sampler over max_num_seqs rows of the vocabulary)
          - sampler state                 (model runner V2's per-request buffers, from v0.29)
-         - expert kernels' buffers       (by the kernel vLLM picks: moe_backend, moe_workspace_bytes)
+         - expert kernels' buffers       (by the kernel vLLM picks: moe_backend, moe_workspace_parts)
          - non-torch growth              (NCCL / all-reduce buffers with tp > 1, cuBLAS workspaces)
          - CUDA-graph estimate           (only where the engine counts it before the KV cache:
                                           on by default from v0.20; 0 with enforce_eager)
@@ -77,17 +77,15 @@ COPIES = {
 # The profile's dummy sampler run applies top-k and top-p (vllm/v1/sample/ops/topk_topp_sampler.py), by one
 # of three implementations: FlashInfer's kernels, or PyTorch's full sort of the logits (about 2.5 times the
 # bytes), or from LEAN_SAMPLER_SINCE a Triton kernel that does not sort (apply_top_k_top_p_triton, 0.17.0).
-# Up to 0.11.0 FlashInfer's is taken whenever the flashinfer package imports: an optional extra of the vllm
-# wheel ("flashinfer" in its METADATA for 0.10.1 and 0.11.0), so a plain pip install sorts. From
-# FLASHINFER_SAMPLER_OPT_IN_SINCE FlashInfer's sampler is opt-in (VLLM_USE_FLASHINFER_SAMPLER=1), so the
-# engine sorts by default until LEAN_SAMPLER_SINCE; from FLASHINFER_SAMPLER_DEFAULT_SINCE it is the default again
-# (vLLM PR #40376, envs.py 0.21.0). Where the host's FlashInfer is not known, engines before
-# SORTING_SAMPLER_DEFAULT_SINCE are taken to have it: the corpus's v0.10.1 logs show FlashInfer's amount and
-# the v0.11.0 docker-image logs the sort's.
+# Before FLASHINFER_SAMPLER_OPT_IN_SINCE FlashInfer's is taken wherever the flashinfer package imports: an
+# optional extra of the vllm wheel ("flashinfer" in the METADATA of 0.10.1), so a plain pip install sorts; the
+# corpus's v0.10.1 logs show FlashInfer's amount where the install is not known. From then on FlashInfer's sampler
+# is opt-in (VLLM_USE_FLASHINFER_SAMPLER=1; the source says so from 0.11.1, and the corpus's v0.11.0 docker-image
+# logs, FlashInfer inside, show the sort's amount already), so the engine sorts until LEAN_SAMPLER_SINCE; from
+# FLASHINFER_SAMPLER_DEFAULT_SINCE FlashInfer's is the default again (vLLM PR #40376, envs.py 0.21.0).
 LEAN_SAMPLER_SINCE = (0, 17, 0)
-FLASHINFER_SAMPLER_OPT_IN_SINCE = (0, 11, 1)
+FLASHINFER_SAMPLER_OPT_IN_SINCE = (0, 11, 0)
 FLASHINFER_SAMPLER_DEFAULT_SINCE = (0, 21, 0)
-SORTING_SAMPLER_DEFAULT_SINCE = (0, 11, 0)
 # Engines from about v0.11 count NCCL's lazily allocated buffers against the KV cache: a few tenths of a GiB
 # a rank on v0.11 - v0.17 (public v0.10.1 logs show none at tp 2; the v0.15.1 TP 4 / TP 8 runs fit the small
 # amount), about 1.9 GiB from v0.18 (v0.19 - v0.25 logs). The single-GPU non-torch growth rose at the same
@@ -163,10 +161,10 @@ EXTENSIBLE_MARGIN_FRACTION = 0.75
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
 
 
-# The newest engine whose behaviour the model follows is 0.34 (EXTENSIBLE_KV_CACHE_SINCE). An engine whose version
-# is not known is taken for the newest one that sizes its cache before warm-up (0.33): what the budget writes for it
-# (a gpu_memory_utilization within free memory) every engine from 0.20 accepts, and 0.34 sizes no larger.
-NEWEST_KNOWN = (0, 34, 0)
+# The model follows engines up to 0.34 (EXTENSIBLE_KV_CACHE_SINCE). One whose version is not known is taken for
+# the newest that sizes its cache before warm-up (0.33): what the budget writes for it (a gpu_memory_utilization
+# within free memory) every engine from 0.20 accepts. A 0.34 engine given the role's utilization (0.9) sizes the
+# same unless free memory is short of the requested budget by less than its warm-up margin (1 GiB or more).
 UNKNOWN_VERSION_TAKEN_FOR = (0, 33, 0)
 
 
@@ -344,37 +342,40 @@ def sorting_sampler(version, flashinfer_sampler=None):
     """Whether the dummy sampler run sorts the full logits (PyTorch's top-k / top-p) rather than running
     FlashInfer's or, from LEAN_SAMPLER_SINCE, the Triton kernel.
 
-    flashinfer_sampler: True where the engine samples with FlashInfer (VLLM_USE_FLASHINFER_SAMPLER=1, or an
-    engine up to 0.11.0 with flashinfer installed), False where it cannot or must not (flashinfer not
-    installed, or the variable set to 0), None when not known: the version's usual case
-    (SORTING_SAMPLER_DEFAULT_SINCE)."""
+    flashinfer_sampler: True where the engine samples with FlashInfer, False where it cannot or does not, None
+    when not known (flashinfer_sampler()): then FlashInfer's before FLASHINFER_SAMPLER_OPT_IN_SINCE, the sort
+    from it."""
     ver = engine_version(version)
     if ver >= LEAN_SAMPLER_SINCE:
         return False
     if flashinfer_sampler is not None:
         return not flashinfer_sampler
-    return ver >= SORTING_SAMPLER_DEFAULT_SINCE
+    return ver >= FLASHINFER_SAMPLER_OPT_IN_SINCE
 
 
 def flashinfer_sampler(version, environment=None, flashinfer_installed=None):
-    """Whether the engine samples with FlashInfer, from what the host tells (None: not known).
-
-    environment: the engine's environment variables (VLLM_USE_FLASHINFER_SAMPLER decides where set);
-    flashinfer_installed: whether the engine's interpreter has the flashinfer-python distribution (None: not
-    asked). Installed is not taken as used: before FLASHINFER_SAMPLER_OPT_IN_SINCE the package must also import
-    (docker-image v0.11.0 logs show the sort's amount), and from it FlashInfer's sampler is opt-in until
-    FLASHINFER_SAMPLER_DEFAULT_SINCE."""
+    """Whether the engine samples with FlashInfer, from what the host tells: False without flashinfer-python;
+    VLLM_USE_FLASHINFER_SAMPLER where the engine's environment sets it (vLLM reads it as an integer); else the
+    version's default (opt-in from FLASHINFER_SAMPLER_OPT_IN_SINCE, default from FLASHINFER_SAMPLER_DEFAULT_SINCE)
+    and None before, where an installed package is used only if it imports, which the host does not tell."""
     if flashinfer_installed is False:
         return False
-    setting = (environment or {}).get("VLLM_USE_FLASHINFER_SAMPLER")
-    if setting is not None and str(setting).strip() != "":
-        return str(setting).strip() not in ("0", "false", "False")
+    setting = _integer((environment or {}).get("VLLM_USE_FLASHINFER_SAMPLER"))
+    if setting is not None:
+        return setting != 0
     ver = engine_version(version)
     if ver >= FLASHINFER_SAMPLER_DEFAULT_SINCE:
         return True
     if ver >= FLASHINFER_SAMPLER_OPT_IN_SINCE:
         return False
     return None
+
+
+def _integer(value):
+    try:
+        return int(str(value).strip())
+    except (TypeError, ValueError):
+        return None
 
 
 def sampler_state_bytes(profile, max_num_seqs, version=None):
@@ -402,22 +403,9 @@ def profile_run_phases(profile, tp, max_num_batched_tokens, max_num_seqs, versio
     return forward, sampler_bytes(profile, max_num_batched_tokens, rows, version, act_bytes, tp, flashinfer_sampler)
 
 
-def transient_peak_bytes(profile, tp, max_num_batched_tokens, max_num_seqs, version=None, act_bytes=2,
-                         sampler=True, flashinfer_sampler=None):
-    """The profile run's torch peak above what stays allocated (vLLM's transient_peak_headroom): the larger
-    of its phases (profile_run_phases)."""
-    return max(profile_run_phases(profile, tp, max_num_batched_tokens, max_num_seqs, version, act_bytes, sampler,
-                                  flashinfer_sampler))
-
-
-def moe_workspace_bytes(profile, tp, settings, act_bytes=2):
-    """The expert kernels' buffers over one batch of max_num_batched_tokens tokens, by kernel family
-    (moe_backend), on one rank: moe_workspace_parts, both parts."""
-    return sum(moe_workspace_parts(profile, tp, settings, act_bytes))
-
-
 def moe_workspace_parts(profile, tp, settings, act_bytes=2):
-    """(kept, per call): the expert kernels' buffers that stay allocated once the forward has made them (the
+    """The expert kernels' buffers over one batch of max_num_batched_tokens tokens, by kernel family (moe_backend),
+    on one rank, as (kept, per call): those that stay allocated once the forward has made them (the
     modular kernels' workspace and output, held by vLLM's workspace cache), and those each call allocates and
     frees (the direct fused_marlin_moe call's, FlashInfer CUTLASS's internal workspace). The profile run's
     torch peak holds the per-call ones only in the forward phase, not in the sampler's.
@@ -505,7 +493,7 @@ def gpu_capability(gpu_name):
 
 
 def moe_backend(profile, settings):
-    """The expert kernel family vLLM runs, which decides the shape of its buffers (moe_workspace_bytes).
+    """The expert kernel family vLLM runs, which decides the shape of its buffers (moe_workspace_parts).
 
     A backend the engine printed ("Using TRITON Fp8 MoE backend") wins (settings moe_backend).
     Otherwise, from the checkpoint, the GPU and the engine version (sources in each branch's helper):
@@ -638,13 +626,12 @@ ENGINE_STARTUP_BYTES_TP = int(1.53 * GIB)
 
 
 def extensible_margin_bytes(settings, tp, spare, transient_peak):
-    """What the extensible KV cache (EXTENSIBLE_KV_CACHE_SINCE, CUDA, no explicit KV size) takes off the KV cache
-    beyond the requested budget's own terms: its margin, max(1 GiB, 0.75 x the transient peak), counts against the
-    memory free when the engine starts (spare: free - weights - overhead - the budget's KV), which its CUDA context
-    (and NCCL under tp) already holds part of (measure_kv_cache_bytes, v1/worker/extensible_kv_cache.py 0.34.0).
-    0 when the requested budget is the tighter bound, and on other engines."""
-    if not settings.get("extensible_kv_cache") or settings.get("platform") == "cpu" \
-            or settings.get("kv_cache_memory_bytes"):
+    """What the extensible KV cache (EXTENSIBLE_KV_CACHE_SINCE, CUDA) takes off the KV cache beyond the requested
+    budget's own terms: its margin, max(1 GiB, 0.75 x the transient peak), counts against the memory free when the
+    engine starts (spare: free - the requested budget), which its CUDA context (and NCCL under tp) already holds
+    part of (measure_kv_cache_bytes, v1/worker/extensible_kv_cache.py 0.34.0). 0 when the requested budget is the
+    tighter bound, and on other engines."""
+    if not settings.get("extensible_kv_cache") or settings.get("platform") == "cpu":
         return 0
     margin = max(EXTENSIBLE_MARGIN_FLOOR, int(EXTENSIBLE_MARGIN_FRACTION * (transient_peak or 0)))
     startup = ENGINE_STARTUP_BYTES_TP if tp > 1 else ENGINE_STARTUP_BYTES

@@ -34,7 +34,7 @@ description:
   - "Unset engine knobs (O(gpu_memory_utilization), O(max_num_batched_tokens), the block size) take the defaults of
     O(engine_version) on these GPUs, since they changed between versions."
   - "An entry of O(calibration_entries) whose key matches a setting (GPU model, engine version, model and tier, tp,
-    max_num_batched_tokens, max_num_seqs, enforce_eager, KV dtype) replaces the modelled overhead with what an
+    max_num_batched_tokens, max_num_seqs, enforce_eager, KV dtype, model dtype) replaces the modelled overhead with what an
     engine really took (M(hy3.fleet.engine_calibration))."
   - "Weights per GPU: what the shard headers say one tensor-parallel rank holds (vocabulary-parallel embedding
     and lm_head split by rows, norms, routers and MLA down-projections replicated, KV projections split by head
@@ -112,7 +112,10 @@ options:
   gpu_memory_utilization:
     description:
       - Desired fraction of TOTAL memory vLLM may use, in (0, 1]; lowered when free memory is smaller.
-      - Unset, the engine version's default (0.9; 0.92 from v0.20).
+      - Unset, the engine version's default (0.9; 0.92 from v0.20; 1.0 from v0.34, whose extensible KV cache keeps
+        its own margin of free memory).
+      - Engines before v0.20 capture their CUDA graphs outside this fraction; with many sequences and a large
+        vocabulary, 0.95 has run out of memory in the sampler warm-up after the KV cache was sized.
     type: float
   runtime_overhead_gib:
     description:
@@ -122,7 +125,7 @@ options:
   engine_version:
     description:
       - Version of the vLLM engine on the host (M(hy3.fleet.engine_info) reads it); its defaults and accounting
-        are modelled (up to 0.34). Unset, 0.33's behaviour: the newest engine that sizes its KV cache before warm-up.
+        are modelled (up to 0.34). Unset, 0.33's behaviour, the newest engine that sizes its KV cache before warm-up.
     type: str
   engine_platform:
     description: V(cuda) for GPU engines; V(cpu) for the CPU engine, whose KV cache is O(kv_cache_memory_bytes).
@@ -205,8 +208,8 @@ options:
     version_added: 0.3.0
   block_size:
     description:
-      - vLLM KV cache block size in tokens; unset, the engine's default (16; 64 for MLA models; 128 on the CPU
-        engine).
+      - vLLM KV cache block size in tokens; unset, the engine's default (16, 64 from v0.34; 64 for MLA models;
+        128 on the CPU engine).
     type: int
   max_model_len_multiple:
     description: A lowered O(max_model_len) is rounded down to a multiple of this.
@@ -330,7 +333,8 @@ target_note:
 engine:
   description: The engine settings modelled - version, platform, gpu_name, nvlink (the GPUs' NVLink state from
     the facts, or null), max_num_batched_tokens (and whether it is the engine's default), enforce_eager,
-    flashinfer_sampler (whether the profile run samples with FlashInfer, null when the version decides),
+    flashinfer_sampler (whether the profile run samples with FlashInfer; null for engines before v0.11 whose
+    FlashInfer install is not known),
     cudagraph_counted, kv_cache_memory_bytes, runtime_overhead_gib, model_id.
   returned: always
   type: dict

@@ -468,9 +468,18 @@ def test_v0_34_sizes_its_cache_after_warm_up_with_a_margin_of_free_memory():
     engine = {"version": "0.34.0", "gpu_name": "NVIDIA H200"}
     full = plan(HY3, [tier("fp8")], gpus(8, 140), max_model_len=32768, max_num_seqs=16, engine=engine)
     b = full["budget_bytes"]
-    margin = max(GIB, int(0.75 * b["activation_peak"]))
-    assert full["gpu_memory_utilization"] == 1.0 and b["warmup_margin"] > 0
-    assert b["kv_available"] == b["free"] - engine_memory.ENGINE_STARTUP_BYTES_TP - b["weights"] - b["overhead"] - margin
+    # spare beyond the request is 0 (free = total): the margin is its 1 GiB floor (the transient peak is under
+    # 1.33 GiB) plus the 1.53 GiB a TP rank holds at start
+    assert full["gpu_memory_utilization"] == 1.0 and b["activation_peak"] < 1.33 * GIB
+    assert b["warmup_margin"] == int(0.51 * GIB) + int(1.53 * GIB) - int(0.51 * GIB) + GIB == int(1.53 * GIB) + GIB
+    assert b["kv_available"] == b["free"] - b["weights"] - b["overhead"] - b["warmup_margin"]
+    single = plan(dict(HY3, num_hidden_layers=2), [tier("fp8")], gpus(1, 140), max_model_len=4096, max_num_seqs=16,
+                  engine=engine)["budget_bytes"]
+    assert single["warmup_margin"] == int(0.51 * GIB) + GIB        # one GPU: its CUDA context alone
+    # a flat (or calibrated) overhead has no modelled peak: the margin's floor, applied all the same
+    flat = plan(HY3, [tier("fp8")], gpus(8, 140), max_model_len=32768, max_num_seqs=16,
+                engine=dict(engine, runtime_overhead_gib=4.0))["budget_bytes"]
+    assert flat["warmup_margin"] == int(1.53 * GIB) + GIB and flat["overhead"] == 4 * GIB
     capped = plan(HY3, [tier("fp8")], gpus(8, 140), gpu_memory_utilization=0.9, max_model_len=32768,
                   max_num_seqs=16, engine=engine)["budget_bytes"]
     assert capped["warmup_margin"] == 0
@@ -501,6 +510,16 @@ def test_v0_33_model_runner_v2_profiles_the_fp32_sampler_again():
     assert engine_memory.sampler_bytes(profile, 10, 1000, "0.33.0") == 10 * 1000 * 2 + int(14.9 * rows)
     gb10 = engine_memory.engine_defaults("0.33.0", "NVIDIA GB10", 119 * GIB)
     assert (gb10["max_num_batched_tokens"], gb10["max_num_seqs"]) == (2048, 256)
+    assert engine_memory.engine_defaults("0.32.0", "NVIDIA GB10", 119 * GIB)["max_num_batched_tokens"] == 8192
+
+
+def test_an_engine_of_unknown_version_is_budgeted_as_v0_33():
+    """No version read: 0.33's estimate-based sizing (0.92, 16-token blocks, no warm-up margin), which every
+    engine from 0.20 accepts; not 0.34's extensible cache."""
+    assert engine_memory.engine_version(None) == engine_memory.engine_version("0.33.0") == (0, 33, 0)
+    defaults = engine_memory.engine_defaults(None, "NVIDIA H200", 140 * GIB)
+    assert (defaults["gpu_memory_utilization"], defaults["extensible_kv_cache"]) == (0.92, False)
+    assert engine_memory.default_block_size("cuda", False, None) == 16
 
 
 def test_moe_backend_from_the_checkpoint_the_gpu_and_the_engine_version():
@@ -554,7 +573,7 @@ def test_expert_buffers_have_their_kernels_shapes(checkpoint, version, gpu, gib)
                     "int4": {"method": "compressed-tensors", "bits": 4}}.get(checkpoint)
     profile = dict(profile, quantization=quantization) if quantization else profile
     settings = {"version": version, "gpu_name": gpu, "max_num_batched_tokens": 32768}
-    assert round(engine_memory.moe_workspace_bytes(profile, 4, settings) / GIB, 4) == gib
+    assert round(sum(engine_memory.moe_workspace_parts(profile, 4, settings)) / GIB, 4) == gib
     # no kernel family keeps a fixed buffer besides these: the non-torch line is the runtime's and the TP buffers'
     assert engine_memory.non_torch_bytes(profile, 4, settings) == engine_memory.non_torch_bytes(HY3, 4, settings)
 
@@ -566,8 +585,8 @@ def test_only_the_last_stage_profiles_the_sampler():
     profile = dict(TINY, vocab_size=128256, hidden_size=4096, num_attention_heads=32, num_key_value_heads=8,
                    head_dim=128, intermediate_size=14336, num_hidden_layers=32)
     settings = {"version": "0.19.0", "max_num_batched_tokens": 8192, "max_num_seqs": 1024}
-    inner = engine_memory.transient_peak_bytes(profile, 1, 8192, 1024, "0.19.0", sampler=False)
-    last = engine_memory.transient_peak_bytes(profile, 1, 8192, 1024, "0.19.0")
+    inner = max(engine_memory.profile_run_phases(profile, 1, 8192, 1024, "0.19.0", sampler=False))
+    last = max(engine_memory.profile_run_phases(profile, 1, 8192, 1024, "0.19.0"))
     sampler = engine_memory.sampler_bytes(profile, 8192, 1024, "0.19.0")
     assert sampler == 8192 * 4096 * 2 + int(14.9 * 1024 * 128256)
     assert inner == int(engine_memory.COPIES["transient"] * engine_memory.forward_bytes(profile, 1, 8192))
@@ -586,22 +605,22 @@ def test_the_sampler_follows_the_engine_version_and_the_model_dtype():
     assert abs(fp32 - (10 * 1000 * 4 + (14.9 + 2) * rows)) <= 1
 
 
-@pytest.mark.parametrize("version, flashinfer, environment, sorting", [
-    ("0.10.1", None, None, False),          # unknown host: the v0.10 logs show FlashInfer's amount
-    ("0.10.1", False, None, True),          # a plain pip install: flashinfer-python is an optional extra
-    ("0.11.0", None, None, True),           # the v0.11.0 image logs show the sort's
-    ("0.11.0", True, {"VLLM_USE_FLASHINFER_SAMPLER": "1"}, False),
-    ("0.11.0", True, {"VLLM_USE_FLASHINFER_SAMPLER": "0"}, True),
-    ("0.15.1", True, None, True),           # opt-in from 0.11.1
-    ("0.15.1", True, {"VLLM_USE_FLASHINFER_SAMPLER": "1"}, False),
-    ("0.17.0", False, None, False),         # the Triton top-k / top-p kernel sorts nothing
-    ("0.21.0", True, None, False),          # FlashInfer's sampler is the default again
+@pytest.mark.parametrize("version, flashinfer, environment, chosen, sorting", [
+    ("0.10.1", None, None, None, False),          # unknown host: the v0.10 logs show FlashInfer's amount
+    ("0.10.1", False, None, False, True),         # a plain pip install: flashinfer-python is an optional extra
+    ("0.10.1", True, None, None, False),          # installed: used where it imports
+    ("0.11.0", None, None, False, True),          # opt-in: the v0.11.0 image logs show the sort
+    ("0.11.0", True, None, False, True),
+    ("0.11.0", True, {"VLLM_USE_FLASHINFER_SAMPLER": "1"}, True, False),
+    ("0.11.0", False, {"VLLM_USE_FLASHINFER_SAMPLER": "1"}, False, True),    # nothing there to opt into
+    ("0.15.1", True, {"VLLM_USE_FLASHINFER_SAMPLER": "0"}, False, True),
+    ("0.17.0", False, None, False, False),        # the Triton top-k / top-p kernel sorts nothing
+    ("0.20.0", True, {"VLLM_USE_FLASHINFER_SAMPLER": "FALSE"}, False, False),   # not an integer: the default
+    ("0.21.0", True, None, True, False),          # FlashInfer's sampler is the default again
 ])
-def test_the_sampler_path_follows_the_engine_and_its_host(version, flashinfer, environment, sorting):
-    chosen = engine_memory.flashinfer_sampler(version, environment, flashinfer)
+def test_the_sampler_path_follows_the_engine_and_its_host(version, flashinfer, environment, chosen, sorting):
+    assert engine_memory.flashinfer_sampler(version, environment, flashinfer) is chosen
     assert engine_memory.sorting_sampler(version, chosen) is sorting
-    if version == "0.21.0":
-        assert chosen is True
 
 
 def test_per_call_expert_buffers_do_not_stack_on_the_sampler_phase():

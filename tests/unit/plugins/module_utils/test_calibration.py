@@ -19,8 +19,28 @@ def test_key_names_every_field_and_tells_settings_apart():
     key = calibration.calibration_key(FIELDS)
     assert "gpu_name=nvidia h200" in key and "enforce_eager=false" in key
     assert key != calibration.calibration_key(dict(FIELDS, max_num_seqs=32))
-    # a float32 model's profile run holds twice the activations: it never borrows a bfloat16 twin's overhead
+    # a float32 model's profile run holds twice the activations: it never borrows a bfloat16 twin's overhead;
+    # the 16-bit dtypes (and auto) take the same memory and share a key
     assert key != calibration.calibration_key(dict(FIELDS, dtype="float32"))
+    assert key == calibration.calibration_key(dict(FIELDS, dtype="float16")) == calibration.calibration_key(
+        dict(FIELDS, dtype="auto"))
+
+
+def test_a_store_from_before_the_dtype_field_still_loads_and_matches_16_bit_settings(tmp_path):
+    old_fields = {k: v for k, v in FIELDS.items() if k != "dtype"}
+    entry = {"key": old_fields, "overhead_bytes": 5 * GIB, "host": "gpu-1", "measured_at": "2026-11-01T00:00:00Z"}
+    path = tmp_path / "store.json"
+    path.write_text(json.dumps({"format": 1, "entries": {calibration.calibration_key(old_fields): entry}}))
+    entries = calibration.load_store(str(path))["entries"]
+    assert calibration.lookup(entries, FIELDS)["overhead_bytes"] == 5 * GIB
+    assert calibration.lookup(entries, dict(FIELDS, dtype="float32")) is None
+
+
+def test_the_extensible_caches_margin_is_not_learnt_as_overhead():
+    """vLLM 0.34 keeps a margin of the free memory that depends on the measuring host; the entry is net of it."""
+    table = dict(TABLE, warmup_margin=GIB, kv_available=83 * GIB)
+    m = calibration.measure({"kv_cache_tokens": 1_000_000}, table)
+    assert m["overhead_bytes"] == 128 * GIB - 40 * GIB - 83 * GIB - GIB == 4 * GIB
     with pytest.raises(CalibrationError, match="lacks max_num_seqs"):
         calibration.calibration_key({k: v for k, v in FIELDS.items() if k != "max_num_seqs"})
 
