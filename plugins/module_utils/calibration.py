@@ -34,10 +34,6 @@ KEY_FIELDS = ("gpu_name", "engine_version", "model", "quantization", "tensor_par
 # recorded before the key named it were 16-bit deployments unless set otherwise, and keep matching as such.
 DTYPE_KEYS = {"float32": "float32", "float": "float32"}
 DTYPE_KEY_16BIT = "16bit"
-
-
-def dtype_key(dtype):
-    return DTYPE_KEYS.get(str(dtype or "").strip().lower(), DTYPE_KEY_16BIT)
 GIB = 1024 ** 3
 
 MEASURED, NOT_MEASURED, EXPLICIT_KV = "measured", "not_measured", "explicit_kv"
@@ -55,6 +51,10 @@ def _normal(value):
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value if value is not None else "").strip().lower()
+
+
+def dtype_key(dtype):
+    return DTYPE_KEYS.get(str(dtype or "").strip().lower(), DTYPE_KEY_16BIT)
 
 
 def calibration_key(fields):
