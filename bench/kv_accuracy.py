@@ -94,9 +94,8 @@ def engine_of(case, settings, entries=None):
         engine["cudagraph_counted"] = settings["cudagraph_counted"]
     if settings.get("moe_backend"):     # only where the engine's log (or the write-up quoting it) names it
         engine["moe_backend"] = settings["moe_backend"]
-    if settings.get("flashinfer_sampler") is not None:      # where the log or the install says
-        engine["flashinfer_sampler"] = settings["flashinfer_sampler"]
-    for knob in ("max_cudagraph_capture_size", "async_scheduling"):    # where the run set them
+    # where the run set them, or its log or install says
+    for knob in ("flashinfer_sampler", "max_cudagraph_capture_size", "async_scheduling"):
         if settings.get(knob) is not None:
             engine[knob] = settings[knob]
     return engine

@@ -29,7 +29,7 @@ PROBE = (
     "        return m.version(name)\n"
     "    except m.PackageNotFoundError:\n"
     "        return None\n"
-    "found = next(([name, version(name)] for name in %r if version(name)), None)\n"
+    "found = next(([name, v] for name, v in ((name, version(name)) for name in %r) if v), None)\n"
     "print(json.dumps({'vllm': found, 'flashinfer': version(%r)}))\n" % (DISTRIBUTIONS, FLASHINFER)
 )
 
