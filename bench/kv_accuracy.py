@@ -95,7 +95,8 @@ def engine_of(case, settings, entries=None):
     if settings.get("moe_backend"):     # only where the engine's log (or the write-up quoting it) names it
         engine["moe_backend"] = settings["moe_backend"]
     # where the run set them, or its log or install says
-    for knob in ("flashinfer_sampler", "max_cudagraph_capture_size", "async_scheduling"):
+    for knob in ("flashinfer_sampler", "max_cudagraph_capture_size", "async_scheduling", "enable_prefix_caching",
+                 "mamba_cache_dtype", "mamba_ssm_cache_dtype"):
         if settings.get(knob) is not None:
             engine[knob] = settings[knob]
     return engine

@@ -352,10 +352,12 @@ def evaluate_stage(state, ctx, share, overhead):
     margin = 0 if source == OVERHEAD_EXPLICIT_KV else engine_memory.extensible_margin_bytes(
         engine, tp, ctx["free_min"] - ctx["engine_bytes"], lines.get("activation_peak"))
     available -= margin
-    kv_dtype_bytes = KV_DTYPE_BYTES.get(ctx["kv_cache_dtype"], DTYPE_BYTES.get(tier.get("dtype") or "bfloat16", 2))
+    model_dtype_bytes = DTYPE_BYTES.get(tier.get("dtype") or "bfloat16", 2)
+    kv_dtype_bytes = KV_DTYPE_BYTES.get(ctx["kv_cache_dtype"], model_dtype_bytes)
     draft_layers = (profile.get("num_nextn_predict_layers") or 0) if ctx["load_mtp"] and (not share or share["last"]) else 0
     layout = kv_layout.layout(profile, tp, kv_dtype_bytes, ctx["block_size"], state["max_model_len"],
-                              engine_memory.in_flight_tokens(profile, engine, ctx["pp"]), draft_layers)
+                              engine_memory.in_flight_tokens(profile, engine, ctx["pp"]), draft_layers,
+                              engine_memory.linear_state_policy(profile, engine, model_dtype_bytes))
     cap = kv_layout.capacity(layout, available, engine.get("tokens_from_concurrency", True))
     one_request = kv_layout.bytes_for_requests(layout, 1)
     needed = kv_layout.bytes_for_requests(layout, state["max_num_seqs"])
@@ -380,6 +382,7 @@ def evaluate_stage(state, ctx, share, overhead):
         "kv_needed": needed,
         "headroom": available - needed,
         "kv_bytes_per_token": int(round(kv_layout.bytes_per_token(layout))),
+        "kv_block_size": layout["block_size"],        # a hybrid engine's attention block, grown to hold one state
         "kv_cache_tokens": cap["tokens"],
         "kv_cache_blocks": cap["num_blocks"],
         "max_concurrency": cap["max_concurrency"],
@@ -389,7 +392,7 @@ def evaluate_stage(state, ctx, share, overhead):
 
 
 # Keys of a budget table that are counts or labels, not byte amounts.
-NOT_BYTES = ("kv_bytes_per_token", "kv_cache_tokens", "kv_cache_blocks", "max_concurrency", "starts",
+NOT_BYTES = ("kv_bytes_per_token", "kv_block_size", "kv_cache_tokens", "kv_cache_blocks", "max_concurrency", "starts",
              "overhead_source", "calibrated_by")
 
 

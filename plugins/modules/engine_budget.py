@@ -155,6 +155,20 @@ options:
         Without it engines up to v0.11.0 sort the full logits in the profile run, about 2.5 times FlashInfer's
         memory over max_num_seqs x vocabulary. Unset, the engine version's usual case.
     type: bool
+  enable_prefix_caching:
+    description:
+      - vLLM C(--enable-prefix-caching) as the engine runs. It matters to hybrid mamba / linear-attention models,
+        which then keep two states a request instead of one. Unset, the engine version's default (on for hybrid
+        models from v0.26.0).
+    type: bool
+  mamba_ssm_cache_dtype:
+    description:
+      - vLLM C(--mamba-ssm-cache-dtype) as the engine runs, for hybrid mamba / linear-attention models. V(auto) is the
+        engine's default - the model dtype, the config's choice for Qwen3.5 and Nemotron-H, or float32 for Nemotron-H
+        from v0.20.0.
+    type: str
+    default: auto
+    choices: [auto, float32, float16, bfloat16]
   kv_cache_memory_bytes:
     description:
       - The KV cache size the engine is told (C(--kv-cache-memory-bytes), or C(VLLM_CPU_KVCACHE_SPACE) GiB on the
@@ -349,7 +363,8 @@ budget_gib:
       the calibrated or overridden amount), warmup_margin (what vLLM 0.34's extensible KV cache keeps free beyond
       them, 0 where the requested budget binds first), kv_available, kv_one_request, kv_needed, headroom.
     - Also overhead_source (V(model), V(calibrated), V(override), V(explicit_kv)), calibrated_by (host and time
-      of the measurement used, or null), kv_bytes_per_token, kv_cache_tokens, kv_cache_blocks,
+      of the measurement used, or null), kv_bytes_per_token, kv_block_size (the attention block a hybrid
+      mamba / linear-attention model grows to hold one state), kv_cache_tokens, kv_cache_blocks,
       max_concurrency and starts.
     - Under pipeline parallelism (O(pipeline_parallel_size) > 1) the lines are the tightest stage's, and
       C(stages) lists every stage with stage, layers, weights, overhead (the last stage's profile run adds the
@@ -431,6 +446,8 @@ ARGUMENT_SPEC = dict(
     expert_parallel=dict(type="bool", default=False),
     engine_environment=dict(type="dict", default={}),
     flashinfer_installed=dict(type="bool"),
+    enable_prefix_caching=dict(type="bool"),
+    mamba_ssm_cache_dtype=dict(type="str", default="auto", choices=["auto", "float32", "float16", "bfloat16"]),
     kv_cache_memory_bytes=dict(type="int"),
     model_id=dict(type="str"),
     calibration_entries=dict(type="dict", default={}),
@@ -462,6 +479,8 @@ def engine_settings(params):
         "expert_parallel": params["expert_parallel"], "kv_cache_memory_bytes": params["kv_cache_memory_bytes"],
         "flashinfer_sampler": engine_memory.flashinfer_sampler(params["engine_version"], params["engine_environment"],
                                                                params["flashinfer_installed"]),
+        "enable_prefix_caching": params["enable_prefix_caching"],
+        "mamba_ssm_cache_dtype": params["mamba_ssm_cache_dtype"],
         "runtime_overhead_gib": params["runtime_overhead_gib"], "model_id": params["model_id"],
         "calibration_entries": params["calibration_entries"],
     }

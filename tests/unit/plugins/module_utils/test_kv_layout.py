@@ -90,3 +90,120 @@ def test_sliding_window_groups_reserve_every_batch_in_flight(version, pp, async_
     if (version, pp) == ("0.29.0", 1):
         layout = kv_layout.layout(gpt_oss, 1, 2, 16, 32768, engine_memory.in_flight_tokens(gpt_oss, settings, pp))
         assert layout["blocks_per_request"] == 2569
+
+
+# Qwen3-Next-80B-A3B: 48 layers, 36 Gated DeltaNet + 12 full attention (2 KV heads x 256).
+QWEN3_NEXT = {"num_hidden_layers": 48, "num_key_value_heads": 2, "head_dim": 256,
+              "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 12,
+              "linear_state": {"family": "gated_delta_net", "num_k_heads": 16, "num_v_heads": 32, "head_k_dim": 128,
+                               "head_v_dim": 128, "conv_kernel": 4}}
+
+
+@pytest.mark.parametrize("tp, state, block", [
+    # conv (3, 8192 / tp) + temporal (32 / tp, 128, 128), bf16
+    (1, 3 * 8192 * 2 + 32 * 128 * 128 * 2, 544),     # 2048 B a token: 16 x cdiv(1097728, 16 x 2048) = 544
+    (2, 3 * 4096 * 2 + 16 * 128 * 128 * 2, 544),     # 1 KV head a rank: 1024 B a token
+    (4, 3 * 2048 * 2 + 8 * 128 * 128 * 2, 272),      # KV heads replicated past 2 ranks: still 1024 B a token
+])
+def test_hybrid_attention_block_grows_to_hold_one_state(tp, state, block):
+    assert kv_layout.linear_state_bytes(QWEN3_NEXT, tp) == state
+    layout = kv_layout.layout(QWEN3_NEXT, tp, 2, 16, 32768, 8192)
+    token = kv_layout.attention_page_bytes(QWEN3_NEXT, tp, 2, 1)
+    assert layout["block_size"] == block and layout["page_bytes"] == block * token >= state
+    # groups of 12 layers: 3 linear (one state a request each) + 1 full attention
+    assert layout["groups_by_kind"] == {"linear_attention": 3, "full_attention": 1}
+    assert layout["blocks_per_request"] == 3 + -(-32768 // block)
+
+
+def test_prefix_caching_keeps_two_states_and_fp8_kv_grows_the_block():
+    two = kv_layout.layout(QWEN3_NEXT, 1, 2, 16, 32768, 8192, state_policy={"states_per_request": 2})
+    assert two["blocks_per_request"] == 6 + -(-32768 // 544)
+    fp8 = kv_layout.layout(QWEN3_NEXT, 1, 1, 16, 32768, 8192)     # 1024 B a token: the state needs 1072 tokens
+    assert fp8["block_size"] == 16 * -(-1097728 // (16 * 1024)) == 1072
+
+
+def test_mamba2_groups_replicate_with_their_heads():
+    """Nemotron-H style: 8 groups at tp 16 are replicated to 16 (extra_groups_for_head_shards)."""
+    nemotron = {"num_key_value_heads": 8, "head_dim": 128,
+                "linear_state": {"family": "mamba2", "intermediate_size": 10240, "n_groups": 8, "num_heads": 128,
+                                 "head_dim": 80, "state_size": 128, "conv_kernel": 4}}
+    assert kv_layout.linear_state_bytes(nemotron, 1, 2, 4) == 3 * (10240 + 2 * 8 * 128) * 2 + 128 * 80 * 128 * 4
+    assert kv_layout.linear_state_bytes(nemotron, 16, 2, 4) == 3 * ((10240 + 2 * 16 * 128) // 16) * 2 + 8 * 80 * 128 * 4
+
+
+def test_layers_without_cache_are_not_counted():
+    profile = dict(LLAMA_8B, num_hidden_layers=3, layer_types=["full_attention", "no_cache", "full_attention"])
+    assert kv_layout.layer_kinds(profile) == {"full_attention": 2}
+
+
+@pytest.mark.parametrize("version, settings, linear_state, policy", [
+    # hybrid models: prefix caching off by default before 0.26 (one state a request), on from 0.26 (two: "align")
+    ("0.25.1", {}, {}, {"conv_bytes": 2, "ssm_bytes": 2, "states_per_request": 1}),
+    ("0.26.0", {}, {}, {"conv_bytes": 2, "ssm_bytes": 2, "states_per_request": 2}),
+    ("0.29.0", {"enable_prefix_caching": False}, {}, {"states_per_request": 1}),
+    # Nemotron-H's SSM state: float16 before 0.20, float32 from 0.20, unless the config or the run says
+    ("0.19.0", {}, {"ssm_dtype_rule": "nemotron_h"}, {"ssm_bytes": 2}),
+    ("0.20.0", {}, {"ssm_dtype_rule": "nemotron_h"}, {"ssm_bytes": 4}),
+    ("0.20.0", {}, {"ssm_dtype_rule": "nemotron_h", "ssm_dtype": "bfloat16"}, {"ssm_bytes": 2}),
+    ("0.29.0", {"mamba_ssm_cache_dtype": "float32"}, {}, {"ssm_bytes": 4}),
+    ("0.29.0", {}, {"ssm_dtype": "float32"}, {"conv_bytes": 2, "ssm_bytes": 4}),    # Qwen3.5's mamba_ssm_dtype
+])
+def test_linear_state_policy_by_engine_version_and_settings(version, settings, linear_state, policy):
+    from ansible_collections.hy3.fleet.plugins.module_utils import engine_memory
+    got = engine_memory.linear_state_policy({"linear_state": linear_state}, dict(settings, version=version))
+    assert {key: got[key] for key in policy} == policy
+
+
+def test_qwen35_gated_delta_net_layout_matches_a_real_engine():
+    """Qwen3.5-35B-A3B-FP8 on one GB10, vLLM 0.18.1rc1, prefix caching on, max_model_len 262144: the engine printed
+    "Setting attention block size to 1056 tokens", 55.72 GiB available, "GPU KV cache size: 729,696 tokens" and
+    10.85x concurrency (guardkit/guardkit docs/reviews/agentic-factory/qwen-run-2.md, commit fbd4f993). 30 Gated
+    DeltaNet layers with a float32 SSM state (mamba_ssm_dtype), 10 full-attention layers of 2 KV heads x 256."""
+    from ansible_collections.hy3.fleet.plugins.module_utils import engine_memory
+    qwen35 = {"num_hidden_layers": 40, "num_key_value_heads": 2, "head_dim": 256,
+              "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 10,
+              "linear_state": {"family": "gated_delta_net", "num_k_heads": 16, "num_v_heads": 32, "head_k_dim": 128,
+                               "head_v_dim": 128, "conv_kernel": 4, "ssm_dtype": "float32"}}
+    policy = engine_memory.linear_state_policy(qwen35, {"version": "0.18.1", "enable_prefix_caching": True})
+    layout = kv_layout.layout(qwen35, 1, 2, 16, 262144, 2048, 0, policy)
+    assert layout["block_size"] == 1056
+    cap = kv_layout.capacity(layout, int(55.72 * GIB), tokens_from_concurrency=False)     # engines before 0.20
+    assert (cap["tokens"], cap["max_concurrency"]) == (729696, 10.85)
+
+
+def _gdn(k_heads, v_heads, ssm_dtype=None):
+    return {"family": "gated_delta_net", "num_k_heads": k_heads, "num_v_heads": v_heads, "head_k_dim": 128,
+            "head_v_dim": 128, "conv_kernel": 4, "ssm_dtype": ssm_dtype}
+
+
+def _mamba2(inner, heads, head_dim, groups, ssm_dtype=None):
+    return {"family": "mamba2", "intermediate_size": inner, "n_groups": groups, "num_heads": heads,
+            "head_dim": head_dim, "state_size": 128, "conv_kernel": 4, "ssm_dtype": ssm_dtype}
+
+
+@pytest.mark.parametrize("model, kv_heads, head_dim, kv_bytes, state, block, padding", [
+    # "Setting attention block size to N tokens" / "Padding mamba page size by P%" as public startup logs print them
+    # (gathered in stop 13: granite-4.0-h-1b in am-dev-75/retriva-docs implementations/1/README.md, granite-4.0-h-small
+    # in ROCm/ROCm#5590, Qwen3.5-35B-A3B in guardkit/guardkit docs/reviews/agentic-factory/qwen-run-2.md; the others
+    # in public logs whose repository the search index does not name). The state fields are the models' config.json
+    # values; the printed padding, to two decimals, checks them and the arithmetic together.
+    ("Qwen3-Next-80B-A3B tp2, vLLM 0.10.2, H200", 2, 256, 2, _gdn(16, 32), 544, 1.49),
+    ("Qwen3.5-0.8B, 0.19.0", 2, 256, 2, _gdn(16, 16, "float32"), 544, 2.64),
+    ("Qwen3.5-35B-A3B-FP8, 0.18.1, GB10", 2, 256, 2, _gdn(16, 32, "float32"), 1056, 0.76),
+    ("Qwen3.6-35B-A3B-NVFP4, fp8 KV, 0.20.0", 2, 256, 1, _gdn(16, 32, "float32"), 2096, None),
+    ("granite-4.0-h-1b, 0.19.0", 4, 128, 2, _mamba2(3072, 48, 64, 1), 400, 1.59),
+    ("granite-4.0-h-small, 0.11.1", 8, 128, 2, _mamba2(8192, 128, 64, 1), 528, 0.69),
+    ("Nemotron-Cascade-2-30B-A3B, fp8 KV, float32 SSM, 0.19.0", 2, 128, 1, _mamba2(4096, 64, 64, 8, "float32"), 4176,
+     0.19),
+    ("LFM2.5-1.2B, 0.17.0", 8, 64, 2, {"family": "short_conv", "conv_dim": 2048, "conv_kernel": 3}, 16, 300.0),
+])
+def test_hybrid_block_and_padding_as_engines_print_them(model, kv_heads, head_dim, kv_bytes, state, block, padding):
+    from ansible_collections.hy3.fleet.plugins.module_utils import engine_memory
+    profile = {"num_hidden_layers": 2, "num_key_value_heads": kv_heads, "head_dim": head_dim,
+               "layer_types": ["linear_attention", "full_attention"], "linear_state": state}
+    policy = engine_memory.linear_state_policy(profile, {"version": "0.19.0"})
+    layout = kv_layout.layout(profile, 1, kv_bytes, 16, 4096, 2048, 0, policy)
+    assert layout["block_size"] == block, model
+    state_bytes = kv_layout.linear_state_bytes(profile, 1, policy["conv_bytes"], policy["ssm_bytes"])
+    if padding is not None:
+        assert round(100.0 * (layout["page_bytes"] - state_bytes) / state_bytes, 2) == padding, model

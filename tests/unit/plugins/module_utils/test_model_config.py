@@ -251,8 +251,66 @@ def test_explicit_layer_types_and_hybrid_linear_layers():
                linear_num_value_heads=32, linear_key_head_dim=128)
     p = model_profile(cfg)
     assert p["layer_types"] == ["linear_attention"] * 3 + ["full_attention"]
-    assert p["linear_state"] == {"linear_num_value_heads": 32, "linear_key_head_dim": 128}
-    assert any("approximate" in w for w in p["warnings"])
+    assert p["linear_state"] is None           # half a Gated DeltaNet spelling: no family, said plainly
+    assert any("approximate" in w for w in p["warnings"]) and any("not recognised" in w for w in p["warnings"])
+
+
+# Qwen3-Next-80B-A3B (config.json as published): Gated DeltaNet on three layers of four.
+QWEN3_NEXT_80B = dict(LLAMA_31_8B, architectures=["Qwen3NextForCausalLM"], model_type="qwen3_next", hidden_size=2048,
+                      num_hidden_layers=48, num_attention_heads=16, num_key_value_heads=2, head_dim=256,
+                      full_attention_interval=4, linear_conv_kernel_dim=4, linear_key_head_dim=128,
+                      linear_num_key_heads=16, linear_num_value_heads=32, linear_value_head_dim=128)
+
+
+def test_gated_delta_net_state_fields_and_layer_pattern():
+    p = model_profile(QWEN3_NEXT_80B)
+    assert p["layer_types"].count("linear_attention") == 36 and p["layer_types"][3] == "full_attention"
+    assert p["linear_state"] == {"family": "gated_delta_net", "num_k_heads": 16, "num_v_heads": 32, "head_k_dim": 128,
+                                 "head_v_dim": 128, "conv_kernel": 4, "ssm_dtype": None}
+
+
+def test_gated_delta_net_layers_are_counted_with_their_own_projections():
+    """Qwen3-Next-80B-A3B's card: 80B total, 3B active (3.8B with the embeddings, which this count includes)."""
+    cfg = dict(QWEN3_NEXT_80B, vocab_size=151936, intermediate_size=5120, num_experts=512, num_experts_per_tok=10,
+               moe_intermediate_size=512, shared_expert_intermediate_size=512, decoder_sparse_step=1)
+    params = model_profile(cfg)["params"]
+    assert within(params["total"], 80 * B, 0.01) and within(params["active"], 3.8 * B, 0.02)
+    assert params["attention"] == 12 * (2 * 2048 * 16 * 256 + 2 * 2048 * 2 * 256)    # the 12 attention layers only
+
+
+def test_nemotron_h_pattern_skips_mlp_layers_and_reads_mamba2_fields():
+    """'M' mamba, '*' attention, '-' MLP only: the MLP layers hold no cache."""
+    cfg = dict(LLAMA_31_8B, model_type="nemotron_h", num_hidden_layers=6, hybrid_override_pattern="M-M*-E",
+               mamba_num_heads=128, mamba_head_dim=80, n_groups=8, ssm_state_size=128, conv_kernel=4)
+    p = model_profile(cfg)
+    assert p["layer_types"] == ["linear_attention", "no_cache", "linear_attention", "full_attention", "no_cache",
+                                "no_cache"]
+    assert p["linear_state"] == {"family": "mamba2", "intermediate_size": 10240, "n_groups": 8, "num_heads": 128,
+                                 "head_dim": 80, "state_size": 128, "conv_kernel": 4, "ssm_dtype": None,
+                                 "ssm_dtype_rule": "nemotron_h"}
+    # two dense MLP layers ('-'), one MoE layer ('E', no experts configured: none counted); squared-ReLU MLPs
+    relu2 = model_profile(dict(cfg, mlp_hidden_act="relu2"))
+    assert relu2["mlp_layers"] == [None, "dense", None, None, "dense", "moe"]
+    assert relu2["params"]["dense_mlp"] == 2 * 2 * 4096 * 14336 == p["params"]["dense_mlp"] * 2 // 3
+
+
+@pytest.mark.parametrize("fields, state", [
+    # Granite-4.0-H: mamba_expand x hidden
+    ({"layer_types": ["mamba", "attention"], "mamba_expand": 2, "mamba_n_groups": 1, "mamba_n_heads": 128,
+      "mamba_d_head": 64, "mamba_d_state": 128, "mamba_d_conv": 4},
+     {"family": "mamba2", "intermediate_size": 8192, "n_groups": 1, "num_heads": 128, "head_dim": 64,
+      "state_size": 128, "conv_kernel": 4}),
+    # Jamba: Mamba-1 layers, one attention layer every attn_layer_period from attn_layer_offset
+    ({"attn_layer_period": 2, "attn_layer_offset": 1, "mamba_expand": 2, "mamba_d_state": 16, "mamba_d_conv": 4},
+     {"family": "mamba1", "intermediate_size": 8192, "state_size": 16, "conv_kernel": 4}),
+    # LFM2: short-convolution layers spelled "conv"
+    ({"layer_types": ["conv", "full_attention"], "conv_L_cache": 3, "conv_dim": 2048},
+     {"family": "short_conv", "conv_dim": 2048, "conv_kernel": 3}),
+])
+def test_other_mamba_families(fields, state):
+    p = model_profile(dict(LLAMA_31_8B, num_hidden_layers=2, **fields))
+    assert p["layer_types"] == ["linear_attention", "full_attention"]
+    assert p["linear_state"] == state
 
 
 def test_multimodal_reads_the_nested_text_config():
