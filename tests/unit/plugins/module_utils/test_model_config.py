@@ -287,7 +287,7 @@ def test_nemotron_h_pattern_skips_mlp_layers_and_reads_mamba2_fields():
                                 "no_cache"]
     assert p["linear_state"] == {"family": "mamba2", "intermediate_size": 10240, "n_groups": 8, "num_heads": 128,
                                  "head_dim": 80, "state_size": 128, "conv_kernel": 4, "ssm_dtype": None,
-                                 "ssm_dtype_rule": "nemotron_h"}
+                                 "ssm_dtype_rule": "nemotron_h", "chunk_size": None}
     # two dense MLP layers ('-'), one MoE layer ('E', no experts configured: none counted); squared-ReLU MLPs
     relu2 = model_profile(dict(cfg, mlp_hidden_act="relu2"))
     assert relu2["mlp_layers"] == [None, "dense", None, None, "dense", "moe"]
@@ -297,12 +297,12 @@ def test_nemotron_h_pattern_skips_mlp_layers_and_reads_mamba2_fields():
 @pytest.mark.parametrize("fields, state", [
     # Granite-4.0-H: mamba_expand x hidden
     ({"layer_types": ["mamba", "attention"], "mamba_expand": 2, "mamba_n_groups": 1, "mamba_n_heads": 128,
-      "mamba_d_head": 64, "mamba_d_state": 128, "mamba_d_conv": 4},
+      "mamba_d_head": 64, "mamba_d_state": 128, "mamba_d_conv": 4, "mamba_chunk_size": 256},
      {"family": "mamba2", "intermediate_size": 8192, "n_groups": 1, "num_heads": 128, "head_dim": 64,
-      "state_size": 128, "conv_kernel": 4}),
+      "state_size": 128, "conv_kernel": 4, "chunk_size": 256}),
     # Jamba: Mamba-1 layers, one attention layer every attn_layer_period from attn_layer_offset
     ({"attn_layer_period": 2, "attn_layer_offset": 1, "mamba_expand": 2, "mamba_d_state": 16, "mamba_d_conv": 4},
-     {"family": "mamba1", "intermediate_size": 8192, "state_size": 16, "conv_kernel": 4}),
+     {"family": "mamba1", "intermediate_size": 8192, "state_size": 16, "conv_kernel": 4, "chunk_size": None}),
     # LFM2: short-convolution layers spelled "conv"
     ({"layer_types": ["conv", "full_attention"], "conv_L_cache": 3, "conv_dim": 2048},
      {"family": "short_conv", "conv_dim": 2048, "conv_kernel": 3}),
