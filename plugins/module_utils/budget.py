@@ -672,10 +672,14 @@ def add_nodes_needed(result, up_to, plan_for, hopeless=None):
     result["reason"] += "; not even %d such nodes would hold it" % up_to
 
 
+# Settings read from the engine's further vLLM config (engine_memory.CONFIG_SETTINGS), null where it did not set them.
+ENGINE_CONFIG_SETTINGS = tuple(setting for setting in engine_memory.CONFIG_SETTINGS.values() if setting != "block_size")
+
+
 def engine_summary(engine):
     keys = ("version", "platform", "gpu_name", "nvlink", "max_num_batched_tokens", "max_num_batched_tokens_source",
             "enforce_eager", "expert_parallel", "flashinfer_sampler", "cudagraph_counted", "kv_cache_memory_bytes", "runtime_overhead_gib",
-            "model_id")
+            "model_id") + ENGINE_CONFIG_SETTINGS
     return {k: engine.get(k) for k in keys}
 
 

@@ -256,6 +256,64 @@ def linear_state_policy(profile, settings, model_dtype_bytes=2):
             "kernel_block": kernel, "align_to_block_size": aligned, "chunk_size": state.get("chunk_size")}
 
 
+# vLLM config keys (long option names, as `vllm serve --config` takes them) that a run's further config may carry and
+# the budget models, with the setting each fills; "no-" spellings turn a flag off.
+CONFIG_SETTINGS = {"enable-prefix-caching": "enable_prefix_caching", "mamba-ssm-cache-dtype": "mamba_ssm_cache_dtype",
+                   "max-cudagraph-capture-size": "max_cudagraph_capture_size", "async-scheduling": "async_scheduling",
+                   "block-size": "block_size"}
+# Keys the collection sets itself (the budget's options, and the serve role's variables, which write them into
+# vllm.yaml): a further config must leave them out, else engine and budget would disagree (and vllm.yaml would carry
+# the key twice). Each names what sets it: engine_budget's option / the role variable.
+CONFIG_OWNED = {
+    "model": "tiers / hy3_tiers", "dtype": "tiers / hy3_tiers", "quantization": "tiers / hy3_tiers",
+    "max-model-len": "max_model_len / hy3_max_model_len", "max-num-seqs": "max_num_seqs / hy3_max_num_seqs",
+    "gpu-memory-utilization": "gpu_memory_utilization / hy3_gpu_memory_utilization",
+    "tensor-parallel-size": "tensor_parallel_size / hy3_tensor_parallel_size",
+    "pipeline-parallel-size": "pipeline_parallel_size / hy3_node_group", "kv-cache-dtype": "kv_cache_dtype / hy3_kv_cache_dtype",
+    "max-num-batched-tokens": "max_num_batched_tokens / hy3_max_num_batched_tokens",
+    "enforce-eager": "enforce_eager / hy3_enforce_eager", "enable-expert-parallel": "expert_parallel / hy3_expert_parallel",
+    "kv-cache-memory-bytes": "kv_cache_memory_bytes / hy3_kv_cache_memory_bytes",
+    "served-model-name": "hy3_served_model_name", "host": "hy3_serve_host", "port": "hy3_serve_port",
+    "api-key": "VLLM_API_KEY in the engine's environment", "nnodes": "hy3_node_group", "node-rank": "hy3_node_group",
+    "master-addr": "hy3_node_address", "master-port": "hy3_node_group_port", "headless": "hy3_node_group"}
+# Keys that move the engine's memory in ways the budget does not model: said, not refused (calibration measures them).
+CONFIG_NOT_MODELLED = ("speculative-config", "kv-transfer-config", "compilation-config", "cpu-offload-gb",
+                       "num-gpu-blocks-override", "limit-mm-per-prompt")
+BOOLEAN_CONFIG = ("enable-prefix-caching", "async-scheduling")
+
+
+def config_settings(config):
+    """({setting: value} the budget models from a run's further vLLM config, [problems], [warnings]): keys normalised
+    the way vLLM's argument parser does (underscores as dashes). Keys the budget sets itself and values of the wrong
+    kind are problems, keys that move memory unmodelled are warnings, each naming the key; others pass unsaid."""
+    settings, problems, warnings = {}, [], []
+    for raw, value in sorted((config or {}).items()):
+        key = str(raw).replace("_", "-")
+        flag = key[3:] if key.startswith("no-") and key[3:] in BOOLEAN_CONFIG else key
+        if flag in CONFIG_OWNED:
+            problems.append("%s is set by the collection (%s): set that, not the engine's further config"
+                            % (raw, CONFIG_OWNED[flag]))
+        elif flag in CONFIG_SETTINGS:
+            parsed = _config_value(flag, value, negated=flag != key)
+            if parsed is None:
+                problems.append("%s: %r is not a value vLLM takes there" % (raw, value))
+            else:
+                settings[CONFIG_SETTINGS[flag]] = parsed
+        elif flag in CONFIG_NOT_MODELLED:
+            warnings.append("%s changes the engine's memory in ways the budget does not model; the engine's own "
+                            "numbers (calibration) will tell" % raw)
+    return settings, problems, warnings
+
+
+def _config_value(flag, value, negated):
+    """The setting a further-config value gives, or None when vLLM would not take it."""
+    if flag in BOOLEAN_CONFIG:
+        return (not value if negated else value) if isinstance(value, bool) else None
+    if flag == "mamba-ssm-cache-dtype":
+        return value if value in ("auto", "float32", "float16") else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def default_block_size(platform, mla, version=None):
     """Tokens per KV block when none is set: 16 for the usual GPU attention backends, 64 for FlashMLA,
     128 on the CPU backend (vllm/platforms/cuda.py and cpu.py check_and_update_config, 0.32.0); 64 on GPUs

@@ -155,20 +155,22 @@ options:
         Without it engines up to v0.11.0 sort the full logits in the profile run, about 2.5 times FlashInfer's
         memory over max_num_seqs x vocabulary. Unset, the engine version's usual case.
     type: bool
-  enable_prefix_caching:
+  engine_config:
     description:
-      - vLLM C(--enable-prefix-caching) as the engine runs. It matters to hybrid mamba / linear-attention models,
-        which then keep two states a request instead of one (and before v0.28.0 a Mamba-1 / Mamba-2 model one a
-        block of max_model_len). Unset, the engine version's default (on for hybrid models from v0.28.0).
-    type: bool
-  mamba_ssm_cache_dtype:
-    description:
-      - vLLM C(--mamba-ssm-cache-dtype) as the engine runs, for hybrid mamba / linear-attention models. V(auto) is the
-        engine's default - the model dtype, the config's choice for Qwen3.5 and Nemotron-H, else for Nemotron-H
-        float16 before v0.20.0 and float32 from it.
-    type: str
-    default: auto
-    choices: [auto, float32, float16]
+      - Further vLLM config keys the engine runs with (long option names as C(vllm serve --config) takes them; the
+        serve role's C(hy3_serve_extra_config)). Those that change its memory are modelled -
+        C(enable-prefix-caching) (hybrid mamba / linear-attention models then keep two states a request, and before
+        v0.28.0 a Mamba-1 / Mamba-2 model one a block), C(mamba-ssm-cache-dtype), C(block-size),
+        C(max-cudagraph-capture-size) and C(async-scheduling), each with its C(no-) form where vLLM has one.
+      - Keys the collection sets itself - this module's options (C(max-num-batched-tokens), C(enforce-eager),
+        C(enable-expert-parallel), C(kv-cache-dtype), C(max-model-len), C(max-num-seqs), C(gpu-memory-utilization),
+        C(tensor-parallel-size) and the like) and the serve role's (C(served-model-name), C(host), C(port), the node
+        group's) - fail with V(bad_input) naming the option or variable to set, so the engine and its budget cannot
+        disagree; keys that change memory in
+        ways the budget does not model (C(speculative-config), C(kv-transfer-config), C(compilation-config),
+        C(cpu-offload-gb)) are warnings.
+    type: dict
+    default: {}
   kv_cache_memory_bytes:
     description:
       - The KV cache size the engine is told (C(--kv-cache-memory-bytes), or C(VLLM_CPU_KVCACHE_SPACE) GiB on the
@@ -349,7 +351,8 @@ engine:
     the facts, or null), max_num_batched_tokens (and whether it is the engine's default), enforce_eager,
     flashinfer_sampler (whether the profile run samples with FlashInfer; null for engines before v0.11 whose
     FlashInfer install is not known),
-    cudagraph_counted, kv_cache_memory_bytes, runtime_overhead_gib, model_id.
+    cudagraph_counted, kv_cache_memory_bytes, runtime_overhead_gib, model_id, and what O(engine_config) set of
+    enable_prefix_caching, mamba_ssm_cache_dtype, max_cudagraph_capture_size and async_scheduling (null where unset).
   returned: always
   type: dict
 calibration_fields:
@@ -446,8 +449,7 @@ ARGUMENT_SPEC = dict(
     expert_parallel=dict(type="bool", default=False),
     engine_environment=dict(type="dict", default={}),
     flashinfer_installed=dict(type="bool"),
-    enable_prefix_caching=dict(type="bool"),
-    mamba_ssm_cache_dtype=dict(type="str", default="auto", choices=["auto", "float32", "float16"]),
+    engine_config=dict(type="dict", default={}),
     kv_cache_memory_bytes=dict(type="int"),
     model_id=dict(type="str"),
     calibration_entries=dict(type="dict", default={}),
@@ -469,21 +471,20 @@ NO_CHECKPOINT = "no_checkpoint"
 BAD_INPUT = "bad_input"
 
 
-def engine_settings(params):
-    """What budget.plan models of the engine; the GPU model names the calibration key."""
+def engine_settings(params, from_config):
+    """What budget.plan models of the engine; the GPU model names the calibration key. from_config: the settings
+    engine_memory.config_settings read in the engine's further config."""
     gpus = params["gpus"]
-    return {
+    return dict({k: v for k, v in from_config.items() if k != "block_size"}, **{
         "version": params["engine_version"], "platform": params["engine_platform"],
         "gpu_name": gpus[0].get("name") if gpus else None, "nvlink": nvlink_connected(gpus),
         "max_num_batched_tokens": params["max_num_batched_tokens"], "enforce_eager": params["enforce_eager"],
         "expert_parallel": params["expert_parallel"], "kv_cache_memory_bytes": params["kv_cache_memory_bytes"],
         "flashinfer_sampler": engine_memory.flashinfer_sampler(params["engine_version"], params["engine_environment"],
                                                                params["flashinfer_installed"]),
-        "enable_prefix_caching": params["enable_prefix_caching"],
-        "mamba_ssm_cache_dtype": params["mamba_ssm_cache_dtype"],
         "runtime_overhead_gib": params["runtime_overhead_gib"], "model_id": params["model_id"],
         "calibration_entries": params["calibration_entries"],
-    }
+    })
 
 
 def nvlink_connected(gpus):
@@ -527,7 +528,7 @@ def first_profile(inspected):
     return next((found["profile"] for found in inspected if found["profile"]), None)
 
 
-def run_plan(module, profile, tiers):
+def run_plan(module, profile, tiers, from_config):
     params = module.params
     return budget.plan(
         profile, tiers, [gpu_memory(g) for g in params["gpus"]],
@@ -540,16 +541,16 @@ def run_plan(module, profile, tiers):
         tensor_parallel_size=params["tensor_parallel_size"],
         pipeline_parallel_size=params["pipeline_parallel_size"],
         nodes_needed_up_to=params["nodes_needed_up_to"],
-        block_size=params["block_size"],
+        block_size=params["block_size"] or from_config.get("block_size"),
         max_model_len_multiple=params["max_model_len_multiple"],
         load_mtp=params["load_mtp"],
-        engine=engine_settings(params),
+        engine=engine_settings(params, from_config),
     )
 
 
-def plan_around_damage(module, profile, tiers, inspected):
+def plan_around_damage(module, profile, tiers, inspected, from_config):
     """Plan with damaged tiers as candidates; fail pre-flight when one of them is chosen, else plan without them."""
-    result = run_plan(module, profile, tiers)
+    result = run_plan(module, profile, tiers, from_config)
     damaged = {t["name"]: t for t in tiers if t["status"] == checkpoint.WEIGHT_LOADING}
     chosen = damaged.get(result.get("quantization"))
     if chosen is not None:
@@ -557,7 +558,7 @@ def plan_around_damage(module, profile, tiers, inspected):
                              "file list" % (chosen["name"], chosen["reason"]),
                          status=checkpoint.WEIGHT_LOADING, weight_dirs=inspected, model_profile=profile)
     if damaged:
-        result = run_plan(module, profile, [dict(t, present=t["name"] not in damaged) for t in tiers])
+        result = run_plan(module, profile, [dict(t, present=t["name"] not in damaged) for t in tiers], from_config)
     return result
 
 
@@ -570,6 +571,14 @@ def main():
         module.fail_json(msg="MIG is enabled on GPU(s) %s: budget whole GPUs only; disable MIG "
                              "(nvidia-smi -mig 0) or leave those GPUs out of O(gpus)" % ", ".join(mig),
                          status=BAD_INPUT)
+    from_config, problems, warnings = engine_memory.config_settings(params["engine_config"])
+    if params["block_size"] and from_config.get("block_size") not in (None, params["block_size"]):
+        problems.append("block-size %s in engine_config and block_size %s disagree"
+                        % (from_config["block_size"], params["block_size"]))
+    if problems:
+        module.fail_json(msg="engine_budget: engine_config: %s" % "; ".join(problems), status=BAD_INPUT)
+    for warning in warnings:
+        module.warn("engine_budget: engine_config: %s" % warning)
     tp = params["tensor_parallel_size"] or max(len(gpus) // max(params["pipeline_parallel_size"], 1), 1)
     inspected, tiers = inspect_tiers(params["tiers"], tp, params["model_config"], params["load_mtp"])
     overridden = [f for f in inspected if f["problem"] == "bad_override"]
@@ -586,7 +595,7 @@ def main():
                              % "; ".join("%s: %s" % (f["quantization"], f["reason"]) for f in inspected),
                          status=NO_CHECKPOINT, weight_dirs=inspected)
     try:
-        result = plan_around_damage(module, profile, tiers, inspected)
+        result = plan_around_damage(module, profile, tiers, inspected, from_config)
     except budget.BudgetInputError as err:
         module.fail_json(msg="engine_budget: %s" % err, status=BAD_INPUT, weight_dirs=inspected, model_profile=profile)
     result.update(weight_dirs=inspected, model_profile=profile)

@@ -718,3 +718,18 @@ def test_pipeline_stages_are_listed_and_the_smallest_cache_is_kept():
     assert stages[1]["overhead"] > stages[0]["overhead"]                   # the sampler on the last
     assert r["budget_bytes"]["kv_cache_blocks"] == min(s["kv_cache_blocks"] for s in stages)
     assert r["budget_gib"]["stages"][0]["weights"] == 70.0
+
+
+def test_further_engine_config_is_read_the_way_vllm_reads_it():
+    """Underscores are dashes, "no-" turns a flag off, the budget's own keys and bad values are refused by name."""
+    settings, problems, warnings = engine_memory.config_settings({
+        "enable_prefix_caching": True, "no-async-scheduling": True, "mamba-ssm-cache-dtype": "float32",
+        "max-cudagraph-capture-size": 64, "kv-transfer-config": {}, "seed": 7})
+    assert settings == {"enable_prefix_caching": True, "async_scheduling": False, "mamba_ssm_cache_dtype": "float32",
+                        "max_cudagraph_capture_size": 64}
+    assert problems == [] and len(warnings) == 1 and warnings[0].startswith("kv-transfer-config")
+    _, problems, _ = engine_memory.config_settings({"no-enable-prefix-caching": "yes", "kv_cache_dtype": "fp8",
+                                                    "max-cudagraph-capture-size": 0})
+    assert problems == ["kv_cache_dtype is set by the collection (kv_cache_dtype / hy3_kv_cache_dtype): set that, not "
+                        "the engine's further config", "max-cudagraph-capture-size: 0 is not a value vLLM takes there",
+                        "no-enable-prefix-caching: 'yes' is not a value vLLM takes there"]

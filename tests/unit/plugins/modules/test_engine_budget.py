@@ -3,6 +3,7 @@
 import os
 
 import sample_checkpoints
+from ansible.module_utils import basic
 from module_harness import run_module
 
 from ansible_collections.hy3.fleet.plugins.modules import engine_budget
@@ -129,6 +130,13 @@ def test_bad_inputs_fail_cleanly(tmp_path):
         ({"gpus": devices(1, 16, 16, mig_mode={"current": True, "pending": True})}, "MIG is enabled on GPU(s) 0",
          "bad_input"),
         ({"max_num_seqs": "many"}, "cannot be converted to an int", None),
+        ({"engine_config": {"enforce-eager": True}},
+         "enforce-eager is set by the collection (enforce_eager / hy3_enforce_eager)", "bad_input"),
+        ({"engine_config": {"max_num_seqs": 8}}, "max_num_seqs is set by the collection", "bad_input"),
+        ({"engine_config": {"port": 9000}}, "port is set by the collection (hy3_serve_port)", "bad_input"),
+        ({"engine_config": {"block-size": "big"}}, "block-size: 'big' is not a value vLLM takes there", "bad_input"),
+        ({"engine_config": {"block-size": 32}, "block_size": 16}, "block-size 32 in engine_config and block_size 16",
+         "bad_input"),
     ]
     for extra, message, status in cases:
         out = run_module(engine_budget.main, dict(base, **extra))
@@ -202,3 +210,21 @@ def test_cpu_engine_without_a_kv_size_is_a_clear_error(tmp_path):
     bf16 = sample_checkpoints.write(tmp_path / "bf16")
     out = run_module(engine_budget.main, args([{"name": "bf16", "weights_dir": bf16}], engine_platform="cpu"))
     assert out.failed and "VLLM_CPU_KVCACHE_SPACE" in out.result["msg"] and out.result["status"] == "bad_input"
+
+
+def test_further_engine_config_reaches_the_budget(tmp_path, monkeypatch):
+    """The serve role's further vLLM keys: those that move memory are modelled, unmodelled ones are said."""
+    said = []
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, warning: said.append(warning))
+    bf16 = sample_checkpoints.write(tmp_path / "bf16")
+    tiers = [{"name": "bf16", "weights_dir": bf16}]
+    gpus = devices(2, 80, 80, name="NVIDIA H100 80GB HBM3")
+    plain = run_module(engine_budget.main, args(tiers, gpus=gpus, engine_version="0.30.0", max_num_seqs=64)).result
+    capped = run_module(engine_budget.main, args(tiers, gpus=gpus, engine_version="0.30.0", max_num_seqs=64, engine_config={
+        "max-cudagraph-capture-size": 8, "no-async-scheduling": True, "block-size": 32,
+        "speculative-config": {"method": "mtp"}}))
+    assert not capped.failed
+    assert capped.result["engine"]["max_cudagraph_capture_size"] == 8 and capped.result["engine"]["async_scheduling"] is False
+    assert capped.result["budget_bytes"]["cudagraph"] < plain["budget_bytes"]["cudagraph"]    # 4 sizes, not 11
+    assert capped.result["budget_bytes"]["kv_block_size"] == 32
+    assert any("speculative-config changes the engine's memory" in w for w in said)
