@@ -51,6 +51,11 @@ STATE_MAMBA1, STATE_MAMBA2, STATE_GATED_DELTA_NET, STATE_SHORT_CONV = "mamba1", 
 CACHE_NONE, CACHE_ALIGN, CACHE_ALL = "none", "align", "all"
 # The attention kernels' block multiple (FlashAttention's; get_supported_kernel_block_sizes).
 KERNEL_BLOCK = 16
+# DeepSeek sparse attention: the indexer's keys are fp8 with one fp32 scale a 128 values; with an fp8 KV cache the
+# sparse MLA backend stores a latent in its own 656-byte layout (fp8_ds_mla: 512 fp8 + 4 fp32 scales + 64 bf16 rope;
+# vllm/model_executor/layers/attention/mla_attention.py, 0.29.0).
+INDEXER_QUANT_BLOCK = 128
+FP8_DS_MLA_BYTES = 656
 
 # The hybrid allocator uses the largest layer count as the group size when it is under this
 # multiple of the smallest one (fewer padding layers); see _get_kv_cache_groups_uniform_page_size.
@@ -70,6 +75,8 @@ def attention_page_bytes(profile, tp, dtype_bytes, block_size):
     """Bytes of one page (block_size tokens) of one attention layer on one rank."""
     mla = profile.get("mla")
     if mla:
+        if mla.get("indexer") and dtype_bytes == 1:
+            return block_size * FP8_DS_MLA_BYTES
         return block_size * (mla["kv_lora_rank"] + mla["qk_rope_head_dim"]) * dtype_bytes
     heads = kv_heads_per_rank(profile["num_key_value_heads"], tp)
     head_size = profile["head_dim"]
@@ -185,6 +192,17 @@ def _gcd(a, b):
     return a
 
 
+def indexer_block_bytes(profile, block_size, draft_layers=0):
+    """Bytes the sparse-attention indexer's key caches add to one block: layers of a different page, grouped with
+    the latent ones in one pool (UniformTypeKVCacheSpecs sums their pages). A pipeline stage holds its share of the
+    indexed layers; MTP drafter layers always have an indexer."""
+    indexer = (profile.get("mla") or {}).get("indexer")
+    if not indexer:
+        return 0
+    indexed = indexer["indexed_layers"] * profile["num_hidden_layers"] // indexer["layers"] + draft_layers
+    return block_size * indexer["bytes_per_token"] * indexed
+
+
 def states_per_request(cache_mode, max_model_len, block_size):
     """State pages one request holds in a linear group (MambaSpec.max_memory_usage_bytes)."""
     if cache_mode == CACHE_ALL:
@@ -223,7 +241,7 @@ def layout(profile, tp, dtype_bytes, block_size, max_model_len, in_flight_tokens
         "groups": sum(groups.values()),
         "groups_by_kind": groups,
         "layers_by_kind": counts,
-        "bytes_per_block": size * page,
+        "bytes_per_block": size * page + indexer_block_bytes(profile, block_size, draft_layers),
         "blocks_per_request": per_request,
         "block_size": block_size,
         "report_block_size": report_block,

@@ -152,7 +152,7 @@ def model_profile(config, source="config.json"):
         "max_position_embeddings": _context(reader),
         "dtype": reader.value("dtype", default="bfloat16"),
         "moe": _moe(reader, layers),
-        "mla": _mla(reader),
+        "mla": _mla(reader, layers),
         "num_nextn_predict_layers": int(reader.value("num_nextn_predict_layers") or 0),   # absent: none
         "quantization": quantization(config.get("quantization_config")
                                      or reader.config.get("quantization_config")),
@@ -264,7 +264,7 @@ def _dense_layers(reader, layers):
     return sorted(dense)
 
 
-def _mla(reader):
+def _mla(reader, layers):
     cfg = reader.config
     if not cfg.get("kv_lora_rank"):
         return None
@@ -274,7 +274,26 @@ def _mla(reader):
         "q_lora_rank": cfg.get("q_lora_rank"),
         "qk_nope_head_dim": reader.positive("qk_nope_head_dim"),
         "v_head_dim": reader.positive("v_head_dim"),
+        "indexer": _sparse_indexer(cfg, layers),
     }
+
+
+def _sparse_indexer(cfg, layers):
+    """DeepSeek sparse attention (DeepSeek-V3.2, GLM-5): the lightning indexer keeps a key cache of its own beside the
+    latent, index_head_dim fp8 values and one fp32 scale a 128 per token (vllm/model_executor/models/deepseek_v2.py
+    Indexer, 0.29.0), on every layer but those IndexCache skips (index_topk_freq / index_topk_pattern). None without
+    index_topk (dense MLA)."""
+    if cfg.get("index_topk") is None or not cfg.get("index_head_dim"):
+        return None
+    head = cfg["index_head_dim"]
+    pattern = cfg.get("index_topk_pattern")
+    if isinstance(pattern, str):
+        indexed = sum(1 for i in range(layers) if i >= len(pattern) or pattern[i] != "S")
+    else:
+        every, offset = cfg.get("index_topk_freq") or 1, cfg.get("index_skip_topk_offset", 2)
+        indexed = sum(1 for i in range(layers) if max(i - offset + 1, 0) % every == 0)
+    return {"bytes_per_token": head + head // kv_layout.INDEXER_QUANT_BLOCK * 4, "indexed_layers": indexed,
+            "layers": layers}
 
 
 def _layer_types(reader, layers):

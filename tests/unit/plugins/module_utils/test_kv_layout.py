@@ -40,6 +40,21 @@ def test_mla_latent_is_one_vector_not_split_by_tp():
     assert kv_layout.attention_page_bytes(DEEPSEEK_V3, 1, 2, 64) == 64 * 576 * 2
 
 
+def test_sparse_mla_adds_the_indexer_keys_and_packs_fp8_latents():
+    """DeepSeek sparse attention: 132 indexer bytes a token beside each layer's latent. GLM-5.1-FP8 on 8 x H200
+    (vLLM 0.20.1 dev, a public bisect log whose repository the search index does not name) printed 34.86 GiB for
+    373,696 tokens: 100,162 bytes a token, 78 layers x (576 x 2 + 132) = 100,152."""
+    sparse = dict(DEEPSEEK_V3, num_hidden_layers=78,
+                  mla=dict(DEEPSEEK_V3["mla"], indexer={"bytes_per_token": 132, "indexed_layers": 78, "layers": 78}))
+    layout = kv_layout.layout(sparse, 8, 2, 64, 65536, 8192)
+    assert kv_layout.bytes_per_token(layout) == 78 * (576 * 2 + 132)
+    assert abs(34.86 * GIB / 373696 - kv_layout.bytes_per_token(layout)) < 20
+    fp8 = kv_layout.layout(sparse, 8, 1, 64, 65536, 8192)          # fp8_ds_mla: 656 bytes a latent
+    assert kv_layout.bytes_per_token(fp8) == 78 * (656 + 132)
+    stage = dict(sparse, num_hidden_layers=39)                     # a pipeline stage holds half the indexers
+    assert kv_layout.indexer_block_bytes(stage, 64) == 64 * 132 * 39
+
+
 def test_sliding_window_layers_hold_only_the_window():
     layout = kv_layout.layout(GEMMA2_9B, 1, 2, 16, 8192, 2048)
     assert layout["group_size"] == 21 and layout["groups_by_kind"] == {"sliding_attention": 1, "full_attention": 1}

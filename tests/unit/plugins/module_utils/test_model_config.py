@@ -176,10 +176,20 @@ def test_llama3_rope_keeps_the_context_and_gqa_reads_kv_heads():
     assert p["guessed"] == ["head_dim"]                     # hidden / heads, not in the file
 
 
+@pytest.mark.parametrize("fields, indexed", [
+    ({}, 61),                                                # DeepSeek-V3.2: every layer has an indexer
+    ({"index_topk_freq": 4}, 16),                            # IndexCache: layers 0, 1, 5, 9, ... keep theirs (offset 2)
+    ({"index_topk_pattern": "F" + "S" * 59 + "F"}, 2),
+])
+def test_sparse_attention_indexer_keys(fields, indexed):
+    p = model_profile(dict(DEEPSEEK_V3, index_topk=2048, index_head_dim=128, index_n_heads=64, **fields))
+    assert p["mla"]["indexer"] == {"bytes_per_token": 132, "indexed_layers": indexed, "layers": 61}
+
+
 def test_deepseek_mla_shared_experts_dense_first_layers_mtp_and_fp8():
     p = model_profile(DEEPSEEK_V3)
     assert p["mla"] == {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "q_lora_rank": 1536, "qk_nope_head_dim": 128,
-                        "v_head_dim": 128}
+                        "v_head_dim": 128, "indexer": None}
     assert p["moe"]["num_experts"] == 256 and p["moe"]["num_shared_experts"] == 1
     assert p["moe"]["dense_layers"] == [0, 1, 2] and p["num_nextn_predict_layers"] == 1
     assert p["max_position_embeddings"] == 4096 * 40        # yarn: original length x factor, as vLLM derives
