@@ -673,7 +673,8 @@ def add_nodes_needed(result, up_to, plan_for, hopeless=None):
 
 
 # Settings read from the engine's further vLLM config (engine_memory.CONFIG_SETTINGS), null where it did not set them.
-ENGINE_CONFIG_SETTINGS = tuple(setting for setting in engine_memory.CONFIG_SETTINGS.values() if setting != "block_size")
+ENGINE_CONFIG_SETTINGS = tuple(setting for setting in engine_memory.CONFIG_SETTINGS.values()
+                               if setting != "block_size") + ("num_speculative_tokens",)
 
 
 def engine_summary(engine):

@@ -37,6 +37,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import math
 import re
 
@@ -233,9 +234,9 @@ MAMBA_PREFIX_CACHING_FAMILIES = (kv_layout.STATE_MAMBA1, kv_layout.STATE_MAMBA2)
 
 def linear_state_policy(profile, settings, model_dtype_bytes=2):
     """How the engine keeps linear-attention / mamba state (kv_layout.layout's state_policy): the conv and SSM
-    tensors' bytes per element, the mamba cache mode, the block alignment. settings: mamba_ssm_cache_dtype and
-    enable_prefix_caching as the engine is run (unset or "auto": the engine's default), and version. Speculative
-    tokens, which add conv rows and states, are not modelled."""
+    tensors' bytes per element, the mamba cache mode, the block alignment, the speculative tokens (each a conv row
+    and a state more). settings: mamba_ssm_cache_dtype, enable_prefix_caching and num_speculative_tokens as the
+    engine is run (unset or "auto": the engine's default), and version."""
     version = engine_version(settings.get("version"))
     state = profile.get("linear_state") or {}
     ssm = DTYPE_BYTES.get(settings.get("mamba_ssm_cache_dtype")) or DTYPE_BYTES.get(state.get("ssm_dtype"))
@@ -253,7 +254,8 @@ def linear_state_policy(profile, settings, model_dtype_bytes=2):
     aligned = version >= HYBRID_BLOCK_ALIGNED_SINCE
     kernel = (128 if aligned else 64) if profile.get("mla") else kv_layout.KERNEL_BLOCK
     return {"conv_bytes": model_dtype_bytes, "ssm_bytes": ssm or model_dtype_bytes, "cache_mode": mode,
-            "kernel_block": kernel, "align_to_block_size": aligned, "chunk_size": state.get("chunk_size")}
+            "kernel_block": kernel, "align_to_block_size": aligned, "chunk_size": state.get("chunk_size"),
+            "spec_tokens": settings.get("num_speculative_tokens") or 0}
 
 
 # vLLM config keys (long option names, as `vllm serve --config` takes them) that a run's further config may carry and
@@ -279,6 +281,7 @@ CONFIG_OWNED = {
 # Keys that move the engine's memory in ways the budget does not model: said, not refused (calibration measures them).
 CONFIG_NOT_MODELLED = ("speculative-config", "kv-transfer-config", "compilation-config", "cpu-offload-gb",
                        "num-gpu-blocks-override", "limit-mm-per-prompt")
+SPECULATIVE_CONFIG = "speculative-config"
 BOOLEAN_CONFIG = ("enable-prefix-caching", "async-scheduling")
 
 
@@ -300,9 +303,25 @@ def config_settings(config):
             else:
                 settings[CONFIG_SETTINGS[flag]] = parsed
         elif flag in CONFIG_NOT_MODELLED:
-            warnings.append("%s changes the engine's memory in ways the budget does not model; the engine's own "
-                            "numbers (calibration) will tell" % raw)
+            if flag == SPECULATIVE_CONFIG:
+                settings.update(_speculative_tokens(value))
+            warnings.append("%s changes the engine's memory in ways the budget does not model%s; the engine's own "
+                            "numbers (calibration) will tell"
+                            % (raw, " beyond the tokens' mamba states (and, with load_mtp, the MTP layers)"
+                               if flag == SPECULATIVE_CONFIG else ""))
     return settings, problems, warnings
+
+
+def _speculative_tokens(value):
+    """{num_speculative_tokens: N} of a speculative config (a dict, or the JSON vLLM's command line takes), or {}."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    tokens = value.get("num_speculative_tokens") if isinstance(value, dict) else None
+    return {"num_speculative_tokens": tokens} if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0 \
+        else {}
 
 
 def _config_value(flag, value, negated):

@@ -84,29 +84,29 @@ def attention_page_bytes(profile, tp, dtype_bytes, block_size):
     return block_size * heads * (head_size + head_size_v) * dtype_bytes
 
 
-def linear_state_bytes(profile, tp, conv_bytes=2, ssm_bytes=2):
+def linear_state_bytes(profile, tp, conv_bytes=2, ssm_bytes=2, spec_tokens=0):
     """Bytes of the fixed per-request state of one linear-attention / mamba layer on one rank: vLLM's
     MambaStateShapeCalculator shapes (0.29.0) for the state family model_config read, the conv tensor in
-    ``conv_bytes`` (the model dtype) and the temporal (SSM) one in
-    ``ssm_bytes``. Unrecognised fields: one head_dim x head_dim fp32 matrix per KV head (a guess)."""
+    ``conv_bytes`` (the model dtype) and the temporal (SSM) one in ``ssm_bytes``; speculative tokens add conv rows
+    (not to Mamba-1's). Unrecognised fields: one head_dim x head_dim fp32 matrix per KV head (a guess)."""
     state = profile.get("linear_state") or {}
     family = state.get("family")
+    if family not in (STATE_GATED_DELTA_NET, STATE_MAMBA2, STATE_MAMBA1, STATE_SHORT_CONV):
+        return kv_heads_per_rank(profile["num_key_value_heads"], tp) * profile["head_dim"] ** 2 * 4
+    rows = state["conv_kernel"] - 1 + (0 if family == STATE_MAMBA1 else spec_tokens)
     if family == STATE_GATED_DELTA_NET:
         conv_dim = state["head_k_dim"] * state["num_k_heads"] * 2 + state["head_v_dim"] * state["num_v_heads"]
-        conv = (state["conv_kernel"] - 1) * (conv_dim // tp)
         temporal = state["num_v_heads"] // tp * state["head_v_dim"] * state["head_k_dim"]
     elif family == STATE_MAMBA2:
-        groups = state["n_groups"] + _extra_groups(state["n_groups"], tp)
-        conv = (state["conv_kernel"] - 1) * ((state["intermediate_size"] + 2 * groups * state["state_size"]) // tp)
+        conv_dim = state["intermediate_size"] + 2 * (state["n_groups"] + _extra_groups(state["n_groups"], tp)) * \
+            state["state_size"]
         temporal = state["num_heads"] // tp * state["head_dim"] * state["state_size"]
     elif family == STATE_MAMBA1:
-        conv = (state["conv_kernel"] - 1) * (state["intermediate_size"] // tp)
+        conv_dim = state["intermediate_size"]
         temporal = state["intermediate_size"] // tp * state["state_size"]
-    elif family == STATE_SHORT_CONV:
-        conv, temporal = (state["conv_kernel"] - 1) * (state["conv_dim"] // tp), 0
     else:
-        return kv_heads_per_rank(profile["num_key_value_heads"], tp) * profile["head_dim"] ** 2 * 4
-    return conv * conv_bytes + temporal * ssm_bytes
+        conv_dim, temporal = state["conv_dim"], 0
+    return rows * (conv_dim // tp) * conv_bytes + temporal * ssm_bytes
 
 
 def _extra_groups(groups, tp):
@@ -159,7 +159,7 @@ def blocks_per_request(kind, max_model_len, block_size, window, in_flight_tokens
 # How a hybrid engine treats linear-attention / mamba state when the caller does not say: the model dtype for both
 # tensors, one state per request (no prefix caching), 16-token kernel blocks not aligned to the configured block.
 DEFAULT_STATE_POLICY = {"conv_bytes": 2, "ssm_bytes": 2, "cache_mode": CACHE_NONE, "kernel_block": KERNEL_BLOCK,
-                        "align_to_block_size": False, "chunk_size": None}
+                        "align_to_block_size": False, "chunk_size": None, "spec_tokens": 0}
 
 
 def is_hybrid(profile):
@@ -203,11 +203,12 @@ def indexer_block_bytes(profile, block_size, draft_layers=0):
     return block_size * indexer["bytes_per_token"] * indexed
 
 
-def states_per_request(cache_mode, max_model_len, block_size):
-    """State pages one request holds in a linear group (MambaSpec.max_memory_usage_bytes)."""
+def states_per_request(cache_mode, max_model_len, block_size, spec_tokens=0):
+    """State pages one request holds in a linear group (MambaSpec.max_memory_usage_bytes): one a speculative token
+    more in every mode."""
     if cache_mode == CACHE_ALL:
-        return cdiv(max_model_len, block_size)
-    return 2 if cache_mode == CACHE_ALIGN else 1
+        return cdiv(max_model_len, block_size) + spec_tokens
+    return (2 if cache_mode == CACHE_ALIGN else 1) + spec_tokens
 
 
 def layout(profile, tp, dtype_bytes, block_size, max_model_len, in_flight_tokens, draft_layers=0, state_policy=None):
@@ -220,7 +221,7 @@ def layout(profile, tp, dtype_bytes, block_size, max_model_len, in_flight_tokens
     policy = dict(DEFAULT_STATE_POLICY, **(state_policy or {}))
     report_block = block_size
     if is_hybrid(profile):
-        state = linear_state_bytes(profile, tp, policy["conv_bytes"], policy["ssm_bytes"])
+        state = linear_state_bytes(profile, tp, policy["conv_bytes"], policy["ssm_bytes"], policy["spec_tokens"])
         token = attention_page_bytes(profile, tp, dtype_bytes, 1)
         block_size = report_block = hybrid_block_size(token, state, block_size, policy)
         page = block_size * token            # the state is padded to the attention page
@@ -228,9 +229,10 @@ def layout(profile, tp, dtype_bytes, block_size, max_model_len, in_flight_tokens
             # a mamba group's block is max_model_len then; older engines report tokens in the smallest block
             report_block = min(block_size, max_model_len)
     elif LINEAR in counts:
-        page = linear_state_bytes(profile, tp, policy["conv_bytes"], policy["ssm_bytes"])   # attention-free
+        page = linear_state_bytes(profile, tp, policy["conv_bytes"], policy["ssm_bytes"],
+                                  policy["spec_tokens"])   # attention-free
     size, groups = group_layout(counts)
-    states = states_per_request(policy["cache_mode"], max_model_len, block_size)
+    states = states_per_request(policy["cache_mode"], max_model_len, block_size, policy["spec_tokens"])
     per_request = sum(
         n * (states if kind == LINEAR else
              blocks_per_request(kind, max_model_len, block_size, profile.get("sliding_window") or 0, in_flight_tokens))

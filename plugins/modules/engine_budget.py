@@ -168,7 +168,9 @@ options:
         group's) - fail with V(bad_input) naming the option or variable to set, so the engine and its budget cannot
         disagree; keys that change memory in
         ways the budget does not model (C(speculative-config), C(kv-transfer-config), C(compilation-config),
-        C(cpu-offload-gb)) are warnings.
+        C(cpu-offload-gb)) are warnings. Of C(speculative-config) the budget takes C(num_speculative_tokens), which
+        give a hybrid model's mamba layers a conv row and a state more each; the drafter's own layers count with
+        O(load_mtp).
     type: dict
     default: {}
   kv_cache_memory_bytes:
@@ -352,7 +354,8 @@ engine:
     flashinfer_sampler (whether the profile run samples with FlashInfer; null for engines before v0.11 whose
     FlashInfer install is not known),
     cudagraph_counted, kv_cache_memory_bytes, runtime_overhead_gib, model_id, and what O(engine_config) set of
-    enable_prefix_caching, mamba_ssm_cache_dtype, max_cudagraph_capture_size and async_scheduling (null where unset).
+    enable_prefix_caching, mamba_ssm_cache_dtype, max_cudagraph_capture_size, async_scheduling and
+    num_speculative_tokens (null where unset).
   returned: always
   type: dict
 calibration_fields:

@@ -733,3 +733,12 @@ def test_further_engine_config_is_read_the_way_vllm_reads_it():
     assert problems == ["kv_cache_dtype is set by the collection (kv_cache_dtype / hy3_kv_cache_dtype): set that, not "
                         "the engine's further config", "max-cudagraph-capture-size: 0 is not a value vLLM takes there",
                         "no-enable-prefix-caching: 'yes' is not a value vLLM takes there"]
+
+
+def test_speculative_config_gives_its_token_count_and_is_said():
+    for value in ({"method": "qwen3_next_mtp", "num_speculative_tokens": 2},
+                  '{"method": "qwen3_next_mtp", "num_speculative_tokens": 2}'):
+        settings, problems, warnings = engine_memory.config_settings({"speculative-config": value})
+        assert settings == {"num_speculative_tokens": 2} and problems == []
+        assert "beyond the tokens' mamba states" in warnings[0]
+    assert engine_memory.config_settings({"speculative-config": "not json"})[0] == {}

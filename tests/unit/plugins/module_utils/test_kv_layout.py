@@ -137,6 +137,13 @@ def test_prefix_caching_keeps_two_states_and_fp8_kv_grows_the_block():
     assert fp8["block_size"] == 16 * -(-1097728 // (16 * 1024)) == 1072
 
 
+def test_speculative_tokens_add_conv_rows_and_states():
+    """Two MTP tokens: conv (3 + 2) x 8192 rows, so 1,130,496 bytes a state and a 560-token block; 1 + 2 states."""
+    layout = kv_layout.layout(QWEN3_NEXT, 1, 2, 16, 32768, 8192, state_policy={"spec_tokens": 2})
+    assert kv_layout.linear_state_bytes(QWEN3_NEXT, 1, spec_tokens=2) == 5 * 8192 * 2 + 32 * 128 * 128 * 2
+    assert layout["block_size"] == 560 and layout["blocks_per_request"] == 3 * 3 + -(-32768 // 560)
+
+
 def test_all_mode_aligns_to_the_chunk_and_keeps_a_state_a_block():
     """Mamba-2 with prefix caching before 0.28 ("all"): the block is a multiple of lcm(chunk 256, 16) holding one
     state, and a request keeps a state for every block of max_model_len."""
