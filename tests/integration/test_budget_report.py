@@ -51,6 +51,15 @@ def test_nothing_changed_on_the_hosts(report):
         ("gpu-h200-a", "gpu-h100-b", "gpu-a100-c"), "0")
 
 
+def test_serve_keys_the_budget_sets_fail_the_budget_by_name(tmp_path):
+    """hy3_serve_extra_config reaches the budget: a key the collection sets stops the host before anything runs."""
+    extra = json.dumps({"hy3_report_dir": str(tmp_path), "hy3_serve_extra_config": {"enforce-eager": True}})
+    proc = run("ansible-playbook", "playbooks/budget_report.yml", "-i", "examples/inventory", "--limit", "gpu-h200-a",
+               "-e", extra)
+    assert proc.returncode != 0
+    assert "enforce-eager is set by the collection (enforce_eager / hy3_enforce_eager)" in proc.stdout, proc.stdout
+
+
 def test_module_and_role_docs_render():
     for module in ("hy3.fleet.nvml_facts", "hy3.fleet.engine_budget", "hy3.fleet.engine_log_triage",
                    "hy3.fleet.engine_calibration", "hy3.fleet.engine_info", "hy3.fleet.engine_status",
