@@ -307,8 +307,8 @@ def config_settings(config):
                 settings.update(_speculative_tokens(value))
             warnings.append("%s changes the engine's memory in ways the budget does not model%s; the engine's own "
                             "numbers (calibration) will tell"
-                            % (raw, " beyond the tokens' mamba states (and, with load_mtp, the MTP layers)"
-                               if flag == SPECULATIVE_CONFIG else ""))
+                            % (raw, " (it takes the token count for a hybrid model's mamba states and, with "
+                                    "load_mtp, the MTP layers)" if flag == SPECULATIVE_CONFIG else ""))
     return settings, problems, warnings
 
 

@@ -258,7 +258,7 @@ def capacity(kv_layout, available_bytes, tokens_from_concurrency=True):
     num_blocks = available_bytes // kv_layout["bytes_per_block"]
     concurrency = num_blocks / kv_layout["blocks_per_request"]
     tokens = int(concurrency * kv_layout["max_model_len"]) if tokens_from_concurrency else \
-        num_blocks // kv_layout["groups"] * kv_layout.get("report_block_size", kv_layout["block_size"])
+        num_blocks // kv_layout["groups"] * kv_layout["report_block_size"]
     return {"num_blocks": num_blocks, "tokens": tokens, "max_concurrency": round(concurrency, 2)}
 
 

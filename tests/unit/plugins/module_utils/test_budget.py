@@ -740,5 +740,5 @@ def test_speculative_config_gives_its_token_count_and_is_said():
                   '{"method": "qwen3_next_mtp", "num_speculative_tokens": 2}'):
         settings, problems, warnings = engine_memory.config_settings({"speculative-config": value})
         assert settings == {"num_speculative_tokens": 2} and problems == []
-        assert "beyond the tokens' mamba states" in warnings[0]
+        assert "the token count for a hybrid model's mamba states" in warnings[0]
     assert engine_memory.config_settings({"speculative-config": "not json"})[0] == {}
