@@ -276,6 +276,7 @@ def calibration_fields(ctx, state):
         "max_num_batched_tokens": engine["max_num_batched_tokens"], "max_num_seqs": state["max_num_seqs"],
         "enforce_eager": bool(engine.get("enforce_eager")), "kv_cache_dtype": ctx["kv_cache_dtype"],
         "dtype": state["tier"].get("dtype") or "bfloat16",
+        "engine_config": engine_memory.overhead_config_key(engine),
     }
 
 
@@ -358,7 +359,8 @@ def evaluate_stage(state, ctx, share, overhead):
     draft_layers = (profile.get("num_nextn_predict_layers") or 0) if ctx["load_mtp"] and (not share or share["last"]) else 0
     layout = kv_layout.layout(profile, tp, kv_dtype_bytes, ctx["block_size"], state["max_model_len"],
                               engine_memory.in_flight_tokens(profile, engine, ctx["pp"]), draft_layers,
-                              engine_memory.linear_state_policy(profile, engine, model_dtype_bytes))
+                              engine_memory.linear_state_policy(profile, engine, model_dtype_bytes),
+                              engine_memory.sparse_mla_policy(engine, kv_dtype_bytes))
     cap = kv_layout.capacity(layout, available, engine.get("tokens_from_concurrency", True))
     one_request = kv_layout.bytes_for_requests(layout, 1)
     needed = kv_layout.bytes_for_requests(layout, state["max_num_seqs"])

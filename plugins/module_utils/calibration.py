@@ -33,6 +33,9 @@ KEY_FIELDS = ("gpu_name", "engine_version", "model", "quantization", "tensor_par
 # the 16-bit ones (and auto, which vLLM resolves to 16 bits for a float32 checkpoint too) do not differ. Entries
 # recorded before the key named it were 16-bit deployments unless set otherwise, and keep matching as such.
 DTYPE_KEYS = {"float32": "float32", "float": "float32"}
+# What the engine's further config sets that moves its overhead (engine_memory.overhead_config_key), in the key only
+# when there is any: entries recorded before the key named it, and deployments without any, keep their keys.
+ENGINE_CONFIG_FIELD = "engine_config"
 DTYPE_KEY_16BIT = "16bit"
 GIB = 1024 ** 3
 
@@ -63,7 +66,9 @@ def calibration_key(fields):
     if missing:
         raise CalibrationError("calibration key lacks %s" % ", ".join(missing))
     fields = dict(fields, dtype=dtype_key(fields.get("dtype")))
-    return "|".join("%s=%s" % (f, _normal(fields[f])) for f in KEY_FIELDS)
+    key = "|".join("%s=%s" % (f, _normal(fields[f])) for f in KEY_FIELDS)
+    engine_config = _normal(fields.get(ENGINE_CONFIG_FIELD))
+    return key + ("|%s=%s" % (ENGINE_CONFIG_FIELD, engine_config) if engine_config else "")
 
 
 def empty_store():
@@ -181,7 +186,8 @@ def record_entry(data, fields, measurement, host, measured_at):
     if measurement.get("status") != MEASURED:
         return data, False
     name = calibration_key(fields)
-    entry = {"key": {f: fields.get(f) for f in KEY_FIELDS}, "overhead_bytes": int(measurement["overhead_bytes"]),
+    key = {f: fields.get(f) for f in KEY_FIELDS + (ENGINE_CONFIG_FIELD,) if f in KEY_FIELDS or fields.get(f)}
+    entry = {"key": key, "overhead_bytes": int(measurement["overhead_bytes"]),
              "host": host, "measured_at": measured_at,
              "engine": {k: measurement.get(k) for k in ENGINE_LINES}}
     old = data["entries"].get(name)

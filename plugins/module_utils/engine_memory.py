@@ -223,9 +223,9 @@ def engine_defaults(version, gpu_name, gpu_total_bytes):
 # ModelConfig.is_prefix_caching_supported says no); with it, mamba_cache_mode is "align" from 0.28 and before that
 # "all" for the Mamba-1 / Mamba-2 families (supports_mamba_prefix_caching), "align" for the others
 # (vllm/model_executor/models/config.py MambaModelConfig). The block aligns to the configured block size from 0.20
-# (vllm/platforms/interface.py _align_hybrid_block_size; the kernel's multiple alone in 0.19), and MLA's kernel
-# multiple is 128 there (64 before). Nemotron-H's SSM state defaults to float16 before 0.20, float32 from 0.20
-# (NemotronHForCausalLMConfig).
+# (vllm/platforms/interface.py _align_hybrid_block_size; the kernel's multiple alone in 0.19; an MLA hybrid, which
+# no config here spells yet, is taken at FlashMLA's 64). Nemotron-H's SSM state defaults to float16 before 0.20,
+# float32 from 0.20 (NemotronHForCausalLMConfig).
 HYBRID_PREFIX_CACHING_SINCE = (0, 28, 0)
 HYBRID_BLOCK_ALIGNED_SINCE = (0, 20, 0)
 NEMOTRON_SSM_FLOAT32_SINCE = (0, 20, 0)
@@ -252,7 +252,7 @@ def linear_state_policy(profile, settings, model_dtype_bytes=2):
     else:
         mode = kv_layout.CACHE_ALIGN
     aligned = version >= HYBRID_BLOCK_ALIGNED_SINCE
-    kernel = (128 if aligned else 64) if profile.get("mla") else kv_layout.KERNEL_BLOCK
+    kernel = 64 if profile.get("mla") else kv_layout.KERNEL_BLOCK
     return {"conv_bytes": model_dtype_bytes, "ssm_bytes": ssm or model_dtype_bytes, "cache_mode": mode,
             "kernel_block": kernel, "align_to_block_size": aligned, "chunk_size": state.get("chunk_size"),
             "spec_tokens": settings.get("num_speculative_tokens") or 0}
@@ -263,6 +263,8 @@ def linear_state_policy(profile, settings, model_dtype_bytes=2):
 CONFIG_SETTINGS = {"enable-prefix-caching": "enable_prefix_caching", "mamba-ssm-cache-dtype": "mamba_ssm_cache_dtype",
                    "max-cudagraph-capture-size": "max_cudagraph_capture_size", "async-scheduling": "async_scheduling",
                    "block-size": "block_size"}
+BOOLEAN_CONFIG = ("enable-prefix-caching", "async-scheduling")
+MAMBA_SSM_DTYPES = ("auto", "float32", "float16", "bfloat16")
 # Keys the collection sets itself (the budget's options, and the serve role's variables, which write them into
 # vllm.yaml): a further config must leave them out, else engine and budget would disagree (and vllm.yaml would carry
 # the key twice). Each names what sets it: engine_budget's option / the role variable.
@@ -278,31 +280,39 @@ CONFIG_OWNED = {
     "served-model-name": "hy3_served_model_name", "host": "hy3_serve_host", "port": "hy3_serve_port",
     "api-key": "VLLM_API_KEY in the engine's environment", "nnodes": "hy3_node_group", "node-rank": "hy3_node_group",
     "master-addr": "hy3_node_address", "master-port": "hy3_node_group_port", "headless": "hy3_node_group"}
-# Keys that move the engine's memory in ways the budget does not model: said, not refused (calibration measures them).
+# Keys (and dotted sub-keys of them) that move the engine's memory in ways the budget does not model: said, not
+# refused. The calibration key carries what the budget does model of a further config, not these.
 CONFIG_NOT_MODELLED = ("speculative-config", "kv-transfer-config", "compilation-config", "cpu-offload-gb",
-                       "num-gpu-blocks-override", "limit-mm-per-prompt")
+                       "num-gpu-blocks-override", "limit-mm-per-prompt", "mamba-cache-dtype", "mamba-cache-mode",
+                       "mamba-block-size", "use-replayssm", "disable-hybrid-kv-cache-manager", "attention-backend",
+                       "data-parallel-size", "hf-overrides")
 SPECULATIVE_CONFIG = "speculative-config"
-BOOLEAN_CONFIG = ("enable-prefix-caching", "async-scheduling")
+# vLLM's config-file reader drops a flag set to false before 0.28 (the engine keeps its default); from 0.28 it passes
+# the flag's --no- form (vllm/utils/argparse_utils.py FlexibleArgumentParser, read in 0.27.0 and 0.28.0).
+CONFIG_FALSE_HONOURED_SINCE = (0, 28, 0)
 
 
-def config_settings(config):
+def config_settings(config, version=None):
     """({setting: value} the budget models from a run's further vLLM config, [problems], [warnings]): keys normalised
-    the way vLLM's argument parser does (underscores as dashes). Keys the budget sets itself and values of the wrong
-    kind are problems, keys that move memory unmodelled are warnings, each naming the key; others pass unsaid."""
+    the way vLLM's argument parser does (underscores as dashes), values as the engine of ``version`` takes them.
+    Keys the collection sets (in either form of a flag) and values of the wrong kind are problems, keys that move
+    memory unmodelled are warnings, each naming the key; others pass unsaid."""
     settings, problems, warnings = {}, [], []
-    for raw, value in sorted((config or {}).items()):
+    false_honoured = engine_version(version) >= CONFIG_FALSE_HONOURED_SINCE
+    for raw, value in sorted((config or {}).items(), key=lambda item: str(item[0])):
         key = str(raw).replace("_", "-")
-        flag = key[3:] if key.startswith("no-") and key[3:] in BOOLEAN_CONFIG else key
+        negated = key.startswith("no-") and (key[3:] in BOOLEAN_CONFIG or key[3:] in CONFIG_OWNED)
+        flag = key[3:] if negated else key
         if flag in CONFIG_OWNED:
             problems.append("%s is set by the collection (%s): set that, not the engine's further config"
                             % (raw, CONFIG_OWNED[flag]))
         elif flag in CONFIG_SETTINGS:
-            parsed = _config_value(flag, value, negated=flag != key)
+            parsed = _config_value(flag, value, negated, false_honoured)
             if parsed is None:
                 problems.append("%s: %r is not a value vLLM takes there" % (raw, value))
-            else:
+            elif parsed is not _ENGINE_DEFAULT:
                 settings[CONFIG_SETTINGS[flag]] = parsed
-        elif flag in CONFIG_NOT_MODELLED:
+        elif flag.split(".")[0] in CONFIG_NOT_MODELLED:
             if flag == SPECULATIVE_CONFIG:
                 settings.update(_speculative_tokens(value))
             warnings.append("%s changes the engine's memory in ways the budget does not model%s; the engine's own "
@@ -312,25 +322,55 @@ def config_settings(config):
     return settings, problems, warnings
 
 
+# Settings of a further config that move the engine's overhead (not only its KV layout): the calibration key names them.
+OVERHEAD_CONFIG_SETTINGS = ("async_scheduling", "max_cudagraph_capture_size", "num_speculative_tokens")
+
+
+def overhead_config_key(settings):
+    """The calibration key's engine_config field: the further-config settings that move the overhead, sorted; ""
+    when there are none."""
+    return ",".join("%s=%s" % (name, settings[name]) for name in OVERHEAD_CONFIG_SETTINGS
+                    if settings.get(name) is not None)
+
+
+# A flag value the engine ignores, leaving its default (config_settings records nothing for it).
+_ENGINE_DEFAULT = object()
+
+
 def _speculative_tokens(value):
-    """{num_speculative_tokens: N} of a speculative config (a dict, or the JSON vLLM's command line takes), or {}."""
+    """{num_speculative_tokens: N} of a speculative config (a dict, or the JSON vLLM's command line takes): its count,
+    or 1 when it gives none (an MTP drafter's n_predict, one for the usual single MTP layer); {} when unreadable."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except ValueError:
             return {}
-    tokens = value.get("num_speculative_tokens") if isinstance(value, dict) else None
-    return {"num_speculative_tokens": tokens} if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0 \
-        else {}
+    if not isinstance(value, dict):
+        return {}
+    tokens = value.get("num_speculative_tokens")
+    if tokens is None:
+        return {"num_speculative_tokens": 1}
+    return {"num_speculative_tokens": tokens} if _positive_int(tokens) else {}
 
 
-def _config_value(flag, value, negated):
-    """The setting a further-config value gives, or None when vLLM would not take it."""
+def _positive_int(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _config_value(flag, value, negated, false_honoured):
+    """The setting a further-config value gives, _ENGINE_DEFAULT when the engine ignores it, None when vLLM would
+    not take it."""
     if flag in BOOLEAN_CONFIG:
-        return (not value if negated else value) if isinstance(value, bool) else None
+        if not isinstance(value, bool):
+            return None
+        if not value:   # "key: false" (honoured from 0.28) or "no-key: false" (never acted on)
+            return False if false_honoured and not negated else _ENGINE_DEFAULT
+        return not negated
     if flag == "mamba-ssm-cache-dtype":
-        return value if value in ("auto", "float32", "float16") else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+        return value if value in MAMBA_SSM_DTYPES else None
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    return value if _positive_int(value) else None
 
 
 def default_block_size(platform, mla, version=None):
@@ -606,6 +646,21 @@ def gpu_capability(gpu_name):
         if key in name:
             return capability
     return None
+
+
+# DeepSeek sparse attention (DeepSeek-V3.2, GLM-5). An fp8 latent takes vLLM's packed 656-byte layout (fp8_ds_mla)
+# under FlashMLA's sparse backend, which Hopper runs; on SM120 the sparse backend packs even an "auto" cache; on SM100
+# (B200 / B300) FlashInfer's sparse MLA comes first and keeps plain fp8 (mla_attention.py
+# _canonicalize_sparse_mla_kv_cache_dtype and platforms/cuda.py backend priorities, 0.29.0). IndexCache (no indexer
+# on the layers index_topk_freq / index_topk_pattern skip) from 0.24; every layer builds one before.
+INDEX_CACHE_SINCE = (0, 24, 0)
+
+
+def sparse_mla_policy(settings, kv_dtype_bytes):
+    """kv_layout.layout's mla_policy: whether a sparse-MLA latent is packed, whether IndexCache skips layers."""
+    major = (gpu_capability(settings.get("gpu_name")) or (None,))[0]
+    return {"packed_latent": major == 12 or (major != 10 and kv_dtype_bytes == 1),
+            "index_cache": engine_version(settings.get("version")) >= INDEX_CACHE_SINCE}
 
 
 def moe_backend(profile, settings):

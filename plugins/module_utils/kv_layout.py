@@ -71,11 +71,12 @@ def kv_heads_per_rank(num_kv_heads, tp):
     return max(1, num_kv_heads // tp)
 
 
-def attention_page_bytes(profile, tp, dtype_bytes, block_size):
-    """Bytes of one page (block_size tokens) of one attention layer on one rank."""
+def attention_page_bytes(profile, tp, dtype_bytes, block_size, packed_latent=None):
+    """Bytes of one page (block_size tokens) of one attention layer on one rank. packed_latent: whether a sparse-MLA
+    latent takes the packed fp8 layout (engine_memory.sparse_mla_policy; unset, whenever the cache is fp8)."""
     mla = profile.get("mla")
     if mla:
-        if mla.get("indexer") and dtype_bytes == 1:
+        if mla.get("indexer") and (dtype_bytes == 1 if packed_latent is None else packed_latent):
             return block_size * FP8_DS_MLA_BYTES
         return block_size * (mla["kv_lora_rank"] + mla["qk_rope_head_dim"]) * dtype_bytes
     heads = kv_heads_per_rank(profile["num_key_value_heads"], tp)
@@ -192,14 +193,16 @@ def _gcd(a, b):
     return a
 
 
-def indexer_block_bytes(profile, block_size, draft_layers=0):
+def indexer_block_bytes(profile, block_size, draft_layers=0, index_cache=True):
     """Bytes the sparse-attention indexer's key caches add to one block: layers of a different page, grouped with
-    the latent ones in one pool (UniformTypeKVCacheSpecs sums their pages). A pipeline stage holds its share of the
-    indexed layers; MTP drafter layers always have an indexer."""
+    the latent ones in one pool (UniformTypeKVCacheSpecs sums their pages). index_cache: whether the engine skips the
+    indexer where IndexCache says (engine_memory.sparse_mla_policy). A pipeline stage holds its share of the indexed
+    layers (in proportion); MTP drafter layers always have an indexer."""
     indexer = (profile.get("mla") or {}).get("indexer")
     if not indexer:
         return 0
-    indexed = indexer["indexed_layers"] * profile["num_hidden_layers"] // indexer["layers"] + draft_layers
+    indexed = indexer["indexed_layers"] if index_cache else indexer["layers"]
+    indexed = indexed * profile["num_hidden_layers"] // indexer["layers"] + draft_layers
     return block_size * indexer["bytes_per_token"] * indexed
 
 
@@ -211,18 +214,20 @@ def states_per_request(cache_mode, max_model_len, block_size, spec_tokens=0):
     return (2 if cache_mode == CACHE_ALIGN else 1) + spec_tokens
 
 
-def layout(profile, tp, dtype_bytes, block_size, max_model_len, in_flight_tokens, draft_layers=0, state_policy=None):
+def layout(profile, tp, dtype_bytes, block_size, max_model_len, in_flight_tokens, draft_layers=0, state_policy=None,
+           mla_policy=None):
     """The rank's KV layout: bytes per block across a group, groups, blocks one request needs.
     in_flight_tokens: the tokens a sliding-window group keeps beyond its window (max_num_batched_tokens on
     engines before 0.26). state_policy: how linear-attention / mamba state is kept (DEFAULT_STATE_POLICY's keys;
-    engine_memory.linear_state_policy)."""
+    engine_memory.linear_state_policy). mla_policy: how sparse MLA is kept (engine_memory.sparse_mla_policy)."""
     counts = layer_kinds(profile, draft_layers)
-    page = attention_page_bytes(profile, tp, dtype_bytes, block_size)
+    mla_policy = mla_policy or {}
+    page = attention_page_bytes(profile, tp, dtype_bytes, block_size, mla_policy.get("packed_latent"))
     policy = dict(DEFAULT_STATE_POLICY, **(state_policy or {}))
     report_block = block_size
     if is_hybrid(profile):
         state = linear_state_bytes(profile, tp, policy["conv_bytes"], policy["ssm_bytes"], policy["spec_tokens"])
-        token = attention_page_bytes(profile, tp, dtype_bytes, 1)
+        token = attention_page_bytes(profile, tp, dtype_bytes, 1, mla_policy.get("packed_latent"))
         block_size = report_block = hybrid_block_size(token, state, block_size, policy)
         page = block_size * token            # the state is padded to the attention page
         if policy["cache_mode"] == CACHE_NONE:
@@ -243,7 +248,8 @@ def layout(profile, tp, dtype_bytes, block_size, max_model_len, in_flight_tokens
         "groups": sum(groups.values()),
         "groups_by_kind": groups,
         "layers_by_kind": counts,
-        "bytes_per_block": size * page + indexer_block_bytes(profile, block_size, draft_layers),
+        "bytes_per_block": size * page + indexer_block_bytes(profile, block_size, draft_layers,
+                                                             mla_policy.get("index_cache", True)),
         "blocks_per_request": per_request,
         "block_size": block_size,
         "report_block_size": report_block,

@@ -280,17 +280,19 @@ def _mla(reader, layers):
 
 def _sparse_indexer(cfg, layers):
     """DeepSeek sparse attention (DeepSeek-V3.2, GLM-5): the lightning indexer keeps a key cache of its own beside the
-    latent, index_head_dim fp8 values and one fp32 scale a 128 per token (vllm/model_executor/models/deepseek_v2.py
-    Indexer, 0.29.0), on every layer but those IndexCache skips (index_topk_freq / index_topk_pattern). None without
+    latent, index_head_dim fp8 values and one fp32 scale a 128 per token (vllm/models/deepseek_v32 in 0.29.0,
+    vllm/model_executor/models/deepseek_v2.py Indexer before), on every layer but those IndexCache skips
+    (index_topk_freq / index_topk_pattern; engines from 0.24: engine_memory.sparse_mla_policy). None without
     index_topk (dense MLA)."""
     if cfg.get("index_topk") is None or not cfg.get("index_head_dim"):
         return None
     head = cfg["index_head_dim"]
     pattern = cfg.get("index_topk_pattern")
-    if isinstance(pattern, str):
+    if isinstance(pattern, (str, list, tuple)):
         indexed = sum(1 for i in range(layers) if i >= len(pattern) or pattern[i] != "S")
     else:
-        every, offset = cfg.get("index_topk_freq") or 1, cfg.get("index_skip_topk_offset", 2)
+        every = cfg.get("index_topk_freq") or 1
+        offset = 2 if cfg.get("index_skip_topk_offset") is None else cfg["index_skip_topk_offset"]
         indexed = sum(1 for i in range(layers) if max(i - offset + 1, 0) % every == 0)
     return {"bytes_per_token": head + head // kv_layout.INDEXER_QUANT_BLOCK * 4, "indexed_layers": indexed,
             "layers": layers}

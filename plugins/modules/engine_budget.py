@@ -165,12 +165,15 @@ options:
       - Keys the collection sets itself - this module's options (C(max-num-batched-tokens), C(enforce-eager),
         C(enable-expert-parallel), C(kv-cache-dtype), C(max-model-len), C(max-num-seqs), C(gpu-memory-utilization),
         C(tensor-parallel-size) and the like) and the serve role's (C(served-model-name), C(host), C(port), the node
-        group's) - fail with V(bad_input) naming the option or variable to set, so the engine and its budget cannot
-        disagree; keys that change memory in
-        ways the budget does not model (C(speculative-config), C(kv-transfer-config), C(compilation-config),
-        C(cpu-offload-gb)) are warnings. Of C(speculative-config) the budget takes C(num_speculative_tokens), which
-        give a hybrid model's mamba layers a conv row and a state more each; the drafter's own layers count with
-        O(load_mtp).
+        group's), in either form of a flag - fail with V(bad_input) naming the option or variable to set, so the
+        engine and its budget cannot disagree; keys that change memory in ways the budget does not model (such as
+        C(speculative-config), C(kv-transfer-config), C(compilation-config), C(cpu-offload-gb), C(attention-backend))
+        are warnings. Of C(speculative-config) the budget takes C(num_speculative_tokens) (1 when it gives none),
+        which give a hybrid model's mamba layers a conv row and a state more each; the drafter's own layers count
+        with O(load_mtp).
+      - Values are read as O(engine_version) reads them - a flag set to false is dropped by engines before v0.28.0,
+        which keep their default. The settings that move the overhead (capture cap, async scheduling, speculative
+        tokens) are part of the calibration key.
     type: dict
     default: {}
   kv_cache_memory_bytes:
@@ -574,7 +577,7 @@ def main():
         module.fail_json(msg="MIG is enabled on GPU(s) %s: budget whole GPUs only; disable MIG "
                              "(nvidia-smi -mig 0) or leave those GPUs out of O(gpus)" % ", ".join(mig),
                          status=BAD_INPUT)
-    from_config, problems, warnings = engine_memory.config_settings(params["engine_config"])
+    from_config, problems, warnings = engine_memory.config_settings(params["engine_config"], params["engine_version"])
     if params["block_size"] and from_config.get("block_size") not in (None, params["block_size"]):
         problems.append("block-size %s in engine_config and block_size %s disagree"
                         % (from_config["block_size"], params["block_size"]))

@@ -16,7 +16,8 @@ description:
   - Keeps the calibration store, one JSON file on the controller (fit to commit beside an inventory), of the
     memory vLLM engines really took beyond their weights, keyed by what fixes that amount - GPU model, engine
     version, model and tier, tensor parallel size, C(max_num_batched_tokens), C(max_num_seqs),
-    C(enforce_eager), KV cache dtype and the model's C(dtype).
+    C(enforce_eager), KV cache dtype and the model's C(dtype), and where the engine's further config sets them its
+    CUDA-graph capture cap, async scheduling and speculative tokens.
   - With O(state=read) it returns the entries for M(hy3.fleet.engine_budget), which uses an entry only for a
     setting with exactly its key; with O(state=record) it adds the measurement of one host (what
     M(hy3.fleet.engine_log_triage) read from its engine's log) and the budget that host got.

@@ -742,3 +742,36 @@ def test_speculative_config_gives_its_token_count_and_is_said():
         assert settings == {"num_speculative_tokens": 2} and problems == []
         assert "the token count for a hybrid model's mamba states" in warnings[0]
     assert engine_memory.config_settings({"speculative-config": "not json"})[0] == {}
+
+
+@pytest.mark.parametrize("config, version, settings", [
+    ({"enable-prefix-caching": False}, "0.27.0", {}),                    # dropped by the config reader before 0.28
+    ({"enable-prefix-caching": False}, "0.28.0", {"enable_prefix_caching": False}),
+    ({"no-enable-prefix-caching": True}, "0.19.0", {"enable_prefix_caching": False}),
+    ({"no-async-scheduling": False}, "0.29.0", {}),                       # never acted on
+    ({"max-cudagraph-capture-size": "64", "mamba_ssm_cache_dtype": "bfloat16"}, "0.29.0",
+     {"max_cudagraph_capture_size": 64, "mamba_ssm_cache_dtype": "bfloat16"}),
+    ({"speculative-config": {"method": "mtp"}}, "0.29.0", {"num_speculative_tokens": 1}),   # the drafter's n_predict
+])
+def test_further_config_values_as_the_engine_version_takes_them(config, version, settings):
+    assert engine_memory.config_settings(config, version)[0] == settings
+
+
+def test_owned_flags_are_refused_in_either_form_and_unmodelled_keys_are_said():
+    _, problems, warnings = engine_memory.config_settings({"no-enforce-eager": True, 3: "x",
+                                                           "compilation-config.cudagraph_mode": "NONE",
+                                                           "mamba-cache-mode": "all"})
+    assert problems == ["no-enforce-eager is set by the collection (enforce_eager / hy3_enforce_eager): set that, not "
+                        "the engine's further config"]
+    assert [w.split(" ")[0] for w in warnings] == ["compilation-config.cudagraph_mode", "mamba-cache-mode"]
+
+
+def test_calibration_key_names_the_further_config_that_moves_the_overhead_only_when_set():
+    base = {"gpu_name": "NVIDIA H100", "engine_version": "0.29.0", "model": "m", "quantization": "bf16",
+            "tensor_parallel_size": 1, "max_num_batched_tokens": 8192, "max_num_seqs": 16, "enforce_eager": False,
+            "kv_cache_dtype": "auto", "dtype": "bfloat16"}
+    plain = calibration.calibration_key(dict(base, engine_config=""))
+    assert plain == calibration.calibration_key(base) and "engine_config" not in plain     # old entries keep keys
+    capped = engine_memory.overhead_config_key({"max_cudagraph_capture_size": 8, "enable_prefix_caching": True})
+    assert capped == "max_cudagraph_capture_size=8"
+    assert calibration.calibration_key(dict(base, engine_config=capped)) == plain + "|engine_config=" + capped

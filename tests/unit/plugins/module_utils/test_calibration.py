@@ -101,3 +101,16 @@ def test_an_absent_store_is_empty_and_a_folder_is_refused(tmp_path):
     assert calibration.load_store(str(tmp_path / "none.json")) == calibration.empty_store()
     with pytest.raises(CalibrationError, match="is not a file"):
         calibration.load_store(str(tmp_path))
+
+
+def test_further_config_keys_its_own_entries_and_reloads(tmp_path):
+    """A run with a capture cap records under a key of its own, which the store reloads; the plain twin does not
+    borrow it."""
+    m = calibration.measure({"kv_cache_tokens": 950_000}, TABLE)
+    capped = dict(FIELDS, engine_config="max_cudagraph_capture_size=8")
+    store, _ = calibration.record_entry(calibration.empty_store(), capped, m, "gpu-1", "2026-12-03T07:00:00Z")
+    assert calibration.lookup(store["entries"], FIELDS) is None
+    assert calibration.lookup(store["entries"], capped)["host"] == "gpu-1"
+    path = str(tmp_path / "store.json")
+    calibration.save_store(path, store)
+    assert calibration.load_store(path) == store

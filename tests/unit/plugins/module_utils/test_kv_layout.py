@@ -55,6 +55,21 @@ def test_sparse_mla_adds_the_indexer_keys_and_packs_fp8_latents():
     assert kv_layout.indexer_block_bytes(stage, 64) == 64 * 132 * 39
 
 
+@pytest.mark.parametrize("gpu, kv_bytes, version, latent, indexed", [
+    ("NVIDIA H200", 1, "0.29.0", 656, 16),           # FlashMLA sparse packs fp8; IndexCache from 0.24
+    ("NVIDIA H200", 2, "0.23.0", 1152, 61),          # bf16 stays plain; every layer builds an indexer before 0.24
+    ("NVIDIA B200", 1, "0.29.0", 576, 16),           # FlashInfer's sparse MLA on SM100 keeps plain fp8
+    ("NVIDIA RTX PRO 6000 Blackwell", 2, "0.29.0", 656, 16),   # SM120 packs even an "auto" cache
+])
+def test_sparse_mla_follows_the_gpu_and_the_engine(gpu, kv_bytes, version, latent, indexed):
+    from ansible_collections.hy3.fleet.plugins.module_utils import engine_memory
+    sparse = dict(DEEPSEEK_V3, mla=dict(DEEPSEEK_V3["mla"], indexer={"bytes_per_token": 132, "indexed_layers": 16,
+                                                                     "layers": 61}))
+    policy = engine_memory.sparse_mla_policy({"gpu_name": gpu, "version": version}, kv_bytes)
+    layout = kv_layout.layout(sparse, 8, kv_bytes, 64, 65536, 8192, mla_policy=policy)
+    assert kv_layout.bytes_per_token(layout) == 61 * latent + indexed * 132
+
+
 def test_sliding_window_layers_hold_only_the_window():
     layout = kv_layout.layout(GEMMA2_9B, 1, 2, 16, 8192, 2048)
     assert layout["group_size"] == 21 and layout["groups_by_kind"] == {"sliding_attention": 1, "full_attention": 1}
