@@ -312,7 +312,7 @@ def config_settings(config, version=None):
                 problems.append("%s: %r is not a value vLLM takes there" % (raw, value))
             elif parsed is not _ENGINE_DEFAULT:
                 settings[CONFIG_SETTINGS[flag]] = parsed
-        elif flag.split(".")[0] in CONFIG_NOT_MODELLED:
+        elif flag.split(".", 1)[0] in CONFIG_NOT_MODELLED:
             if flag == SPECULATIVE_CONFIG:
                 settings.update(_speculative_tokens(value))
             warnings.append("%s changes the engine's memory in ways the budget does not model%s; the engine's own "

@@ -728,8 +728,8 @@ def test_further_engine_config_is_read_the_way_vllm_reads_it():
     assert settings == {"enable_prefix_caching": True, "async_scheduling": False, "mamba_ssm_cache_dtype": "float32",
                         "max_cudagraph_capture_size": 64}
     assert problems == [] and len(warnings) == 1 and warnings[0].startswith("kv-transfer-config")
-    _, problems, _ = engine_memory.config_settings({"no-enable-prefix-caching": "yes", "kv_cache_dtype": "fp8",
-                                                    "max-cudagraph-capture-size": 0})
+    problems = engine_memory.config_settings({"no-enable-prefix-caching": "yes", "kv_cache_dtype": "fp8",
+                                              "max-cudagraph-capture-size": 0})[1]
     assert problems == ["kv_cache_dtype is set by the collection (kv_cache_dtype / hy3_kv_cache_dtype): set that, not "
                         "the engine's further config", "max-cudagraph-capture-size: 0 is not a value vLLM takes there",
                         "no-enable-prefix-caching: 'yes' is not a value vLLM takes there"]
@@ -758,9 +758,9 @@ def test_further_config_values_as_the_engine_version_takes_them(config, version,
 
 
 def test_owned_flags_are_refused_in_either_form_and_unmodelled_keys_are_said():
-    _, problems, warnings = engine_memory.config_settings({"no-enforce-eager": True, 3: "x",
-                                                           "compilation-config.cudagraph_mode": "NONE",
-                                                           "mamba-cache-mode": "all"})
+    read = engine_memory.config_settings({"no-enforce-eager": True, 3: "x",
+                                          "compilation-config.cudagraph_mode": "NONE", "mamba-cache-mode": "all"})
+    problems, warnings = read[1], read[2]
     assert problems == ["no-enforce-eager is set by the collection (enforce_eager / hy3_enforce_eager): set that, not "
                         "the engine's further config"]
     assert [w.split(" ")[0] for w in warnings] == ["compilation-config.cudagraph_mode", "mamba-cache-mode"]

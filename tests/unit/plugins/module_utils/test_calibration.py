@@ -108,7 +108,7 @@ def test_further_config_keys_its_own_entries_and_reloads(tmp_path):
     borrow it."""
     m = calibration.measure({"kv_cache_tokens": 950_000}, TABLE)
     capped = dict(FIELDS, engine_config="max_cudagraph_capture_size=8")
-    store, _ = calibration.record_entry(calibration.empty_store(), capped, m, "gpu-1", "2026-12-03T07:00:00Z")
+    store = calibration.record_entry(calibration.empty_store(), capped, m, "gpu-1", "2026-12-03T07:00:00Z")[0]
     assert calibration.lookup(store["entries"], FIELDS) is None
     assert calibration.lookup(store["entries"], capped)["host"] == "gpu-1"
     path = str(tmp_path / "store.json")
