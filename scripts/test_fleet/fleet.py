@@ -225,12 +225,21 @@ class Fleet:
                 run(["ssh", "-o", "ControlPath=" + sock, "-O", "exit", "fleet-host"], check=False, timeout=10)
 
     def restart(self, name):
-        """Power a host off (SIGTERM to its systemd-nspawn) and boot it again on the same upper layer."""
+        """Power a host off (SIGTERM to its systemd-nspawn) and boot it again on the same upper layer. A boot whose
+        systemd-nspawn exits at once (the machine of the run just powered off not yet gone, seen once under load)
+        is tried once more; a second exit fails, quoting the console."""
         host = self.host(name)
         self.close_ssh(name)
-        hostlib.power_off(self.name, host)
-        hostlib.boot(self.name, host, self.rootfs, self._binds(host))
-        hostlib.wait_ready(self.name, host, self.key)
+        for attempt in (1, 2):
+            hostlib.power_off(self.name, host)
+            hostlib.boot(self.name, host, self.rootfs, self._binds(host))
+            try:
+                hostlib.wait_ready(self.name, host, self.key)
+                return
+            except hostlib.BootExited:
+                if attempt == 2:
+                    raise
+                time.sleep(2)
 
     def memory_mib(self):
         """Proportional set size (MiB) of every process of each host, its systemd-nspawn included."""

@@ -36,6 +36,20 @@ def console_log(host):
     return os.path.join(host.home, "console.log")
 
 
+class BootExited(FleetError):
+    """The host's systemd-nspawn exited while it booted (the message quotes the console's last lines)."""
+
+
+def console_tail(host, lines=8):
+    """The last lines of the host's console, for an error message (the fleet's files go with its teardown)."""
+    try:
+        with open(console_log(host), "rb") as handle:
+            text = handle.read()[-4096:].decode("utf-8", "replace")
+    except OSError:
+        return "(no console log)"
+    return " | ".join(line.strip() for line in text.splitlines()[-lines:] if line.strip())
+
+
 def _pid_file(host):
     return os.path.join(host.home, "nspawn.pid")
 
@@ -173,7 +187,8 @@ def wait_ready(fleet_name, host, key, timeout=BOOT_TIMEOUT):
     state = "no answer over SSH"
     while time.monotonic() < deadline:
         if nspawn_pid(fleet_name, host) is None:
-            raise FleetError("host %s: systemd-nspawn exited during boot; see %s" % (host.name, console_log(host)))
+            raise BootExited("host %s: systemd-nspawn exited during boot; console: %s"
+                             % (host.name, console_tail(host)))
         proc = run(ssh_argv(host, key, "systemctl", "is-system-running", "--wait"), check=False, timeout=timeout)
         state = proc.stdout.strip() or proc.stderr.strip()
         if state == "running":
