@@ -322,6 +322,17 @@ def evaluate(state, ctx):
                 headroom=min(t["headroom"] for t in tables), stages=stages)
 
 
+def kv_policies(ctx, model_dtype_bytes, kv_dtype_bytes):
+    """(state_policy, mla_policy) of kv_layout.layout for this plan: the whole model's and the engine's, the same for
+    every state the retreat weighs and every pipeline stage, so worked out once per pair of dtypes."""
+    key = (model_dtype_bytes, kv_dtype_bytes)
+    cache = ctx.setdefault("kv_policies", {})
+    if key not in cache:
+        cache[key] = (engine_memory.linear_state_policy(ctx["profile"], ctx["engine"], model_dtype_bytes),
+                      engine_memory.sparse_mla_policy(ctx["engine"], kv_dtype_bytes))
+    return cache[key]
+
+
 def evaluate_stage(state, ctx, share, overhead):
     """The table of one rank: of the whole model (share None) or of one pipeline stage; overhead is
     overhead_lines()' result for this state."""
@@ -357,10 +368,10 @@ def evaluate_stage(state, ctx, share, overhead):
     model_dtype_bytes = DTYPE_BYTES.get(tier.get("dtype") or "bfloat16", 2)
     kv_dtype_bytes = KV_DTYPE_BYTES.get(ctx["kv_cache_dtype"], model_dtype_bytes)
     draft_layers = (profile.get("num_nextn_predict_layers") or 0) if ctx["load_mtp"] and (not share or share["last"]) else 0
+    state_policy, mla_policy = kv_policies(ctx, model_dtype_bytes, kv_dtype_bytes)
     layout = kv_layout.layout(profile, tp, kv_dtype_bytes, ctx["block_size"], state["max_model_len"],
                               engine_memory.in_flight_tokens(profile, engine, ctx["pp"]), draft_layers,
-                              engine_memory.linear_state_policy(profile, engine, model_dtype_bytes),
-                              engine_memory.sparse_mla_policy(engine, kv_dtype_bytes))
+                              state_policy, mla_policy)
     cap = kv_layout.capacity(layout, available, engine.get("tokens_from_concurrency", True))
     one_request = kv_layout.bytes_for_requests(layout, 1)
     needed = kv_layout.bytes_for_requests(layout, state["max_num_seqs"])

@@ -37,6 +37,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import functools
 import json
 import math
 import re
@@ -176,7 +177,13 @@ def engine_version(text):
 
 def parse_version(text):
     """(major, minor, patch) of an engine version string such as 0.11.0rc2 or 0.10.1.1; None when unknown."""
-    match = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", str(text or ""))
+    return _parse_version(str(text or ""))
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_version(text):
+    """Cached: a fleet plan asks for the same version about a dozen times per budget state it weighs."""
+    match = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text)
     if not match:
         return None
     return tuple(int(part or 0) for part in match.groups())
@@ -641,7 +648,12 @@ MOE_VLLM_CUTLASS = "vllm_cutlass"
 
 
 def gpu_capability(gpu_name):
-    name = (gpu_name or "").lower()
+    return _gpu_capability((gpu_name or "").lower())
+
+
+@functools.lru_cache(maxsize=64)
+def _gpu_capability(name):
+    """Cached: every budget state asks it for the same GPU model."""
     for key, capability in GPU_CAPABILITY:
         if key in name:
             return capability

@@ -39,6 +39,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import functools
+import math
 
 FULL = "full_attention"
 SLIDING = "sliding_attention"
@@ -166,7 +167,7 @@ DEFAULT_STATE_POLICY = {"conv_bytes": 2, "ssm_bytes": 2, "cache_mode": CACHE_NON
 def is_hybrid(profile):
     """Whether the whole model mixes linear-attention / mamba layers with attention layers (under pipeline
     parallelism a stage's profile carries the model's layer kinds in model_layer_types: vLLM sizes the block once)."""
-    kinds = layer_kinds(dict(profile, layer_types=profile.get("model_layer_types") or profile.get("layer_types")))
+    kinds = _kind_counts(tuple(profile.get("model_layer_types") or profile.get("layer_types") or ()))
     return LINEAR in kinds and len(kinds) > 1
 
 
@@ -176,21 +177,11 @@ def hybrid_block_size(attention_token_bytes, state_bytes, block_size, policy):
     chunk too. Never below the configured size."""
     alignment = max(policy["kernel_block"], block_size) if policy["align_to_block_size"] else policy["kernel_block"]
     if policy["cache_mode"] == CACHE_ALL and policy.get("chunk_size"):
-        chunk = _lcm(policy["chunk_size"], alignment)
+        chunk = policy["chunk_size"] * alignment // math.gcd(policy["chunk_size"], alignment)   # their lcm
         grown = chunk * cdiv(cdiv(state_bytes, attention_token_bytes), chunk)
     else:
         grown = alignment * cdiv(state_bytes, alignment * attention_token_bytes)
     return max(block_size, grown)
-
-
-def _lcm(a, b):
-    return a * b // _gcd(a, b)
-
-
-def _gcd(a, b):
-    while b:
-        a, b = b, a % b
-    return a
 
 
 def indexer_block_bytes(profile, block_size, draft_layers=0, index_cache=True):
