@@ -58,10 +58,12 @@ def unsupported(case):
     if settings.get("speculative"):
         return "speculative decoding"
     config = case["model"]["config"]
-    if config.get("vision_config") or "vision" in case["id"]:
-        return "multimodal (the encoder cache is profiled too)"
+    if "vision" in case["id"] or (config.get("vision_config") and not (model_profile(config).get("vision") or {}).get("family")):
+        return "multimodal, its vision tower not modelled (the encoder is profiled too)"
     if settings.get("kv_cache_memory_bytes") or settings.get("num_gpu_blocks_override"):
         return "KV cache size set by hand"
+    if settings.get("cpu_offload_gb"):
+        return "CPU weight offload (the GPU holds less than the shards; the collection configures none)"
     if settings.get("kv_transfer_config"):
         return "a KV connector (it keeps GPU buffers of its own; the collection configures none)"
     reported = case.get("engine_reported") or {}
@@ -99,6 +101,9 @@ def engine_of(case, settings, entries=None):
                  "mamba_ssm_cache_dtype"):
         if settings.get(knob) is not None:
             engine[knob] = settings[knob]
+    if settings.get("limit_mm_per_prompt") is not None:
+        engine["mm_limits"] = engine_memory.config_settings(
+            {"limit-mm-per-prompt": settings["limit_mm_per_prompt"]})[0]["mm_limits"]
     return engine
 
 

@@ -297,7 +297,8 @@ def overhead_lines(ctx, state, last_stage=True):
         return {"runtime_overhead": flat, "total": flat}, OVERHEAD_OVERRIDE, None
     # Activations in the model's dtype: an fp32 model holds twice the bytes (and fp32 logits from the start).
     act_bytes = DTYPE_BYTES.get(state["tier"].get("dtype") or "bfloat16", 2)
-    settings = dict(engine, max_num_seqs=state["max_num_seqs"], last_pp_stage=last_stage, act_bytes=act_bytes)
+    settings = dict(engine, max_num_seqs=state["max_num_seqs"], max_model_len=state["max_model_len"],
+                    last_pp_stage=last_stage, act_bytes=act_bytes)
     return engine_memory.overhead(ctx["profile"], ctx["tp"], settings), OVERHEAD_MODEL, None
 
 
@@ -385,6 +386,7 @@ def evaluate_stage(state, ctx, share, overhead):
         "activation_peak": lines.get("activation_peak"),
         "sampler_state": lines.get("sampler_state"),
         "moe_workspace": lines.get("moe_workspace"),
+        "encoder_profile": lines.get("encoder_profile"),
         "non_torch": lines.get("non_torch"),
         "cudagraph": lines.get("cudagraph"),
         "warmup_margin": margin,

@@ -43,6 +43,7 @@ import math
 import re
 
 from ansible_collections.hy3.fleet.plugins.module_utils import kv_layout
+from ansible_collections.hy3.fleet.plugins.module_utils.model_config import VISION_QWEN3
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2
@@ -269,8 +270,9 @@ def linear_state_policy(profile, settings, model_dtype_bytes=2):
 # the budget models, with the setting each fills; "no-" spellings turn a flag off.
 CONFIG_SETTINGS = {"enable-prefix-caching": "enable_prefix_caching", "mamba-ssm-cache-dtype": "mamba_ssm_cache_dtype",
                    "max-cudagraph-capture-size": "max_cudagraph_capture_size", "async-scheduling": "async_scheduling",
-                   "block-size": "block_size"}
-BOOLEAN_CONFIG = ("enable-prefix-caching", "async-scheduling")
+                   "block-size": "block_size", "limit-mm-per-prompt": "mm_limits",
+                   "language-model-only": "language_model_only", "skip-mm-profiling": "skip_mm_profiling"}
+BOOLEAN_CONFIG = ("enable-prefix-caching", "async-scheduling", "language-model-only", "skip-mm-profiling")
 MAMBA_SSM_DTYPES = ("auto", "float32", "float16", "bfloat16")
 # Keys the collection sets itself (the budget's options, and the serve role's variables, which write them into
 # vllm.yaml): a further config must leave them out, else engine and budget would disagree (and vllm.yaml would carry
@@ -290,7 +292,7 @@ CONFIG_OWNED = {
 # Keys (and dotted sub-keys of them) that move the engine's memory in ways the budget does not model: said, not
 # refused. The calibration key carries what the budget does model of a further config, not these.
 CONFIG_NOT_MODELLED = ("speculative-config", "kv-transfer-config", "compilation-config", "cpu-offload-gb",
-                       "num-gpu-blocks-override", "limit-mm-per-prompt", "mamba-cache-dtype", "mamba-cache-mode",
+                       "num-gpu-blocks-override", "mm-processor-kwargs", "mm-encoder-tp-mode", "mamba-cache-dtype", "mamba-cache-mode",
                        "mamba-block-size", "use-replayssm", "disable-hybrid-kv-cache-manager", "attention-backend",
                        "data-parallel-size", "hf-overrides")
 SPECULATIVE_CONFIG = "speculative-config"
@@ -330,14 +332,22 @@ def config_settings(config, version=None):
 
 
 # Settings of a further config that move the engine's overhead (not only its KV layout): the calibration key names them.
-OVERHEAD_CONFIG_SETTINGS = ("async_scheduling", "max_cudagraph_capture_size", "num_speculative_tokens")
+OVERHEAD_CONFIG_SETTINGS = ("async_scheduling", "max_cudagraph_capture_size", "num_speculative_tokens", "mm_limits",
+                            "language_model_only", "skip_mm_profiling")
 
 
 def overhead_config_key(settings):
     """The calibration key's engine_config field: the further-config settings that move the overhead, sorted; ""
     when there are none."""
-    return ",".join("%s=%s" % (name, settings[name]) for name in OVERHEAD_CONFIG_SETTINGS
+    return ",".join("%s=%s" % (name, _key_text(settings[name])) for name in OVERHEAD_CONFIG_SETTINGS
                     if settings.get(name) is not None)
+
+
+def _key_text(value):
+    """A setting as the calibration key spells it: a mapping (per-modality limits) sorted, as modality:count."""
+    if isinstance(value, dict):
+        return "/".join("%s:%s" % item for item in sorted(value.items()))
+    return value
 
 
 # A flag value the engine ignores, leaving its default (config_settings records nothing for it).
@@ -360,6 +370,25 @@ def _speculative_tokens(value):
     return {"num_speculative_tokens": tokens} if _positive_int(tokens) else {}
 
 
+def _mm_limits(value):
+    """{modality: items} of --limit-mm-per-prompt (a mapping, or the JSON the command line takes); a modality's
+    value may be a count or a mapping with one ("count", with dummy-size options); None when unreadable."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    if not isinstance(value, dict):
+        return None
+    limits = {}
+    for modality, limit in value.items():
+        count = limit.get("count") if isinstance(limit, dict) else limit
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            return None
+        limits[str(modality)] = count
+    return limits
+
+
 def _positive_int(value):
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
@@ -375,6 +404,8 @@ def _config_value(flag, value, negated, false_honoured):
         return not negated
     if flag == "mamba-ssm-cache-dtype":
         return value if value in MAMBA_SSM_DTYPES else None
+    if flag == "limit-mm-per-prompt":
+        return _mm_limits(value)
     if isinstance(value, str) and value.isdigit():
         value = int(value)
     return value if _positive_int(value) else None
@@ -925,6 +956,90 @@ def cudagraph_bytes(profile, tp, settings, act_bytes=2):
     return int(first + COPIES["graph_per_layer"] * graphs * profile["num_hidden_layers"])
 
 
+# The multimodal encoder's profile run (vLLM's GPU model runner profile_run, the same in 0.19 - 0.29): one dummy batch
+# of the modality with the most tokens an item, run through the vision tower at once before the language model's own
+# dummy batch; the tower's activations are freed when it returns, its outputs (and, on the V1 runner, its pixel
+# input) stay through the language model's batch. The V2 runner profiles the encoder from 0.27.
+ENCODER_V2_PROFILED_SINCE = (0, 27, 0)
+# Qwen2-VL's processing gives a dummy video at most this many frame pairs (qwen2_vl.py _MAX_FRAMES_PER_VIDEO 14).
+QWEN2_VIDEO_MAX_FRAME_PAIRS = 7
+# A modality's per-prompt item limit vLLM takes when --limit-mm-per-prompt leaves it out (config/multimodal.py).
+DEFAULT_MM_LIMIT = 999
+
+
+def encoder_dummy_batch(vision, settings):
+    """(modality, tokens an item, items) of the encoder's dummy batch, or None when the engine profiles no encoder
+    (text-only model, --language-model-only, --skip-mm-profiling, every modality limited to 0). The modality is the
+    one with the most tokens an item (the name breaking a tie: video over image; multimodal/encoder_budget.py); the
+    encoder budget is max(max_num_batched_tokens, its tokens), and as many items as it holds, up to max_num_seqs
+    prompts of max(1, min(limit, max_model_len // tokens)) items each."""
+    if not (vision or {}).get("family") or settings.get("language_model_only") or settings.get("skip_mm_profiling"):
+        return None
+    limits = settings.get("mm_limits") or {}
+    candidates = [(tokens, modality) for modality, tokens in encoder_item_tokens(vision, settings).items()
+                  if limits.get(modality, DEFAULT_MM_LIMIT) > 0]
+    if not candidates:
+        return None
+    tokens, modality = max(candidates)
+    budget = max(settings["max_num_batched_tokens"], tokens)
+    per_prompt = max(1, min(limits.get(modality, DEFAULT_MM_LIMIT), settings["max_model_len"] // tokens))
+    return modality, tokens, max(1, min(budget // tokens, settings["max_num_seqs"] * per_prompt))
+
+
+def encoder_item_tokens(vision, settings):
+    """{modality: tokens of one item at the processor's largest size}. Qwen2/2.5-VL: the image's pixel cap over
+    (patch x merge)^2; a video of that image size and as many frame pairs as max_model_len holds, at most seven
+    (qwen2_vl.py get_max_video_tokens). Qwen3-VL / Qwen3.5: a two-frame video of the video cap's area over the
+    temporal patch (qwen3_vl.py get_max_video_tokens, 0.16 - 0.29)."""
+    unit = (vision["patch_size"] * vision["spatial_merge_size"]) ** 2
+    image = vision["image_max_pixels"] // unit
+    if vision["family"] == VISION_QWEN3:
+        return {"image": image, "video": vision["video_max_pixels"] // vision["temporal_patch_size"] // unit}
+    pairs = min(max(settings["max_model_len"] // max(image, 1), 1), QWEN2_VIDEO_MAX_FRAME_PAIRS)
+    return {"image": image, "video": pairs * image}
+
+
+def encoder_forward_elements(vision, tp, eager):
+    """Elements a pre-merge patch holds live at the vision tower's peak, on one rank (vLLM's Qwen vision blocks,
+    flash-attention varlen: no patches x patches matrix): the pixel input and rotary tables throughout; in a block's
+    attention its input, norm, qkv, the rotated q/k copies, attention and projection outputs (3 x hidden on every
+    rank, 8 x hidden split by tensor parallelism); in Qwen2.5-VL's gated MLP the input, residual and norms (5 x
+    hidden; 3 with the in-place fused norm eager mode runs) with gate/up, activation (3 x intermediate, split) and
+    down projection. Qwen3 towers also hold their position embeddings and the deepstack outputs gathered so far."""
+    hidden, inter = vision["hidden_size"], vision["intermediate_size"]
+    pixels = 3 * vision["temporal_patch_size"] * vision["patch_size"] ** 2
+    attention = 3 * hidden + 8 * hidden / tp
+    gated = (3 if eager else 5) * hidden + 3 * inter / tp
+    mlp = gated if vision["gated_mlp"] else 2 * hidden + 2 * inter / tp
+    held = pixels + vision["head_dim"]
+    if vision["family"] == VISION_QWEN3:
+        held += hidden + vision["deepstack_layers"] * vision["out_hidden_size"] / vision["spatial_merge_size"] ** 2
+    return held + max(attention, mlp)
+
+
+def encoder_profile_bytes(profile, tp, settings, lm_peak, act_bytes=2):
+    """What the encoder's dummy batch adds to the profile run's torch peak beyond the language model's (lm_peak:
+    its forward, sampler and expert buffers): the peak becomes max(the tower's forward, its outputs (+ pixel input
+    on the V1 runner) held under the language model's batch). 0 where the engine profiles no encoder (see
+    encoder_dummy_batch; the V2 runner before ENCODER_V2_PROFILED_SINCE)."""
+    vision = profile.get("vision")
+    if not (vision or {}).get("family"):
+        return 0
+    batch = encoder_dummy_batch(vision, settings)
+    if batch is None:
+        return 0
+    version = settings.get("version")
+    v2 = model_runner_v2(version, profile)
+    if v2 and engine_version(version) < ENCODER_V2_PROFILED_SINCE:
+        return 0
+    _modality, tokens, items = batch
+    patches = items * tokens * vision["spatial_merge_size"] ** 2
+    forward = patches * encoder_forward_elements(vision, tp, settings.get("enforce_eager")) * act_bytes
+    outputs = items * tokens * vision["out_hidden_size"] * (1 + vision["deepstack_layers"]) * act_bytes
+    pixels = 0 if v2 else patches * 3 * vision["temporal_patch_size"] * vision["patch_size"] ** 2 * act_bytes
+    return int(max(forward - lm_peak, outputs + pixels))
+
+
 def overhead(profile, tp, settings):
     """Every per-rank term between the weights and the KV cache, in bytes, each on its own line.
 
@@ -941,11 +1056,13 @@ def overhead(profile, tp, settings):
                                           settings.get("version"), act, last_stage, settings.get("flashinfer_sampler"))
     peak = max(forward, sampler)
     kept, per_call = moe_workspace_parts(profile, tp, settings, act)
+    # the per-call buffers raise the peak only by what the forward with them outgrows the sampler phase
+    experts = kept + max(0, forward + per_call - peak)
     lines = {
         "activation_peak": peak,
         "sampler_state": sampler_state_bytes(profile, settings["max_num_seqs"], settings.get("version")) if last_stage else 0,
-        # the per-call buffers raise the peak only by what the forward with them outgrows the sampler phase
-        "moe_workspace": kept + max(0, forward + per_call - peak),
+        "moe_workspace": experts,
+        "encoder_profile": encoder_profile_bytes(profile, tp, settings, peak + experts, act),
         "non_torch": non_torch_bytes(profile, tp, settings),
         "cudagraph": graphs,
     }

@@ -61,6 +61,8 @@ KNOWN_MODEL_TYPES = (
     # hybrid mamba / linear-attention families whose state fields _linear_state reads
     "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "nemotron_h", "granitemoehybrid", "jamba",
     "lfm2",
+    # multimodal Qwen families whose vision tower _vision reads
+    "qwen2_vl", "qwen3_vl", "qwen3_vl_moe",
 )
 
 LAYER_FULL, LAYER_SLIDING, LAYER_LINEAR = "full_attention", "sliding_attention", "linear_attention"
@@ -86,6 +88,18 @@ QUANT_METHOD_BITS = {"fp8": 8, "fbgemm_fp8": 8, "mxfp4": 4, "nvfp4": 4, "modelop
 FLOAT4_BLOCK = {"mxfp4": 32, "nvfp4": 16, "modelopt_fp4": 16}
 
 STATUS_READ, STATUS_GENERIC = "read", "generic_fallback"
+
+# Vision towers whose profile-run peak the budget models (engine_memory.encoder_profile_bytes), by the outer
+# config's model_type: vLLM's Qwen2-VL processing (Qwen2-VL, Qwen2.5-VL) and Qwen3-VL processing (Qwen3-VL,
+# Qwen3-VL-MoE, Qwen3.5, Qwen3.5-MoE: qwen3_5.py's processing info subclasses Qwen3-VL's).
+VISION_QWEN2, VISION_QWEN2_5, VISION_QWEN3 = "qwen2_vl", "qwen2_5_vl", "qwen3_vl"
+VISION_FAMILIES = {"qwen2_vl": VISION_QWEN2, "qwen2_5_vl": VISION_QWEN2_5, "qwen3_vl": VISION_QWEN3,
+                   "qwen3_vl_moe": VISION_QWEN3, "qwen3_5": VISION_QWEN3, "qwen3_5_moe": VISION_QWEN3}
+# The published preprocessors' pixel caps (image, video), the dummy media's size when the checkpoint has no
+# preprocessor_config.json (Qwen2/2.5-VL: max_pixels 12845056, the video taking the image's; Qwen3-VL and Qwen3.5:
+# size.longest_edge 16777216 for images, 25165824 for videos).
+VISION_STOCK_PIXELS = {VISION_QWEN2: (12845056, 12845056), VISION_QWEN2_5: (12845056, 12845056),
+                       VISION_QWEN3: (16777216, 25165824)}
 
 
 class ModelConfigError(ValueError):
@@ -167,6 +181,7 @@ def model_profile(config, source="config.json"):
         reader.warnings.append("linear-attention/mamba state fields not recognised: those layers are counted with the "
                                "attention shape (parameters approximate) and the state of one layer is taken as one "
                                "head_dim x head_dim fp32 matrix per KV head")
+    profile["vision"] = _vision(config, hidden, reader.warnings)
     profile["params"] = count_params(profile)
     profile["guessed"] = reader.guessed
     profile["warnings"] = reader.warnings
@@ -206,6 +221,63 @@ class _Reader:
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ModelConfigError(self.source, field, "must be a positive integer, got %r" % (value,))
         return value
+
+
+def _vision(config, text_hidden, warnings):
+    """The vision tower's shape, for its profile run: None for a text-only config; {"family": None} (and a warning)
+    for a tower the budget does not model. Qwen2-VL names its width embed_dim (its hidden_size is the language
+    model's) and its MLP by mlp_ratio; Qwen2.5-VL's MLP is gated (SwiGLU); Qwen3 towers concatenate their deepstack
+    layers' outputs to the final one."""
+    vision = config.get("vision_config")
+    if not isinstance(vision, dict):
+        return None
+    family = VISION_FAMILIES.get(config.get("model_type"))
+    if family is None:
+        warnings.append("vision tower (%s) not modelled: the engine's encoder profile run can take more than the "
+                        "language model's, which the budget leaves out" % (vision.get("model_type") or "unknown"))
+        return {"family": None}
+    if family == VISION_QWEN2:
+        width = vision.get("embed_dim") or 1280
+        intermediate = int(width * (vision.get("mlp_ratio") or 4))
+        out_hidden = vision.get("hidden_size") or text_hidden
+    else:
+        width = vision.get("hidden_size") or 1152
+        intermediate = vision.get("intermediate_size") or 4 * width
+        out_hidden = vision.get("out_hidden_size") or text_hidden
+    heads = vision.get("num_heads") or 16
+    image_pixels, video_pixels = VISION_STOCK_PIXELS[family]
+    return {
+        "family": family, "depth": vision.get("depth"), "hidden_size": width, "intermediate_size": intermediate,
+        "num_heads": heads, "head_dim": width // heads, "patch_size": vision.get("patch_size") or 14,
+        "spatial_merge_size": vision.get("spatial_merge_size") or 2,
+        "temporal_patch_size": vision.get("temporal_patch_size") or 2, "out_hidden_size": out_hidden,
+        "deepstack_layers": len(vision.get("deepstack_visual_indexes") or []) if family == VISION_QWEN3 else 0,
+        "gated_mlp": family == VISION_QWEN2_5,
+        "image_max_pixels": image_pixels, "video_max_pixels": video_pixels, "pixels_source": "stock",
+    }
+
+
+def with_preprocessor_pixels(vision, image_config, video_config=None):
+    """The vision profile with the pixel caps of the checkpoint's preprocessor_config.json (image_config) and
+    video_preprocessor_config.json (video_config; vLLM falls back to the image one), parsed: size.longest_edge, or
+    max_pixels. A modelled tower only; unchanged when neither file names a cap."""
+    if not (vision or {}).get("family"):
+        return vision
+    image = _pixel_cap(image_config)
+    video = _pixel_cap(video_config) or image
+    if not image and not video:
+        return vision
+    return dict(vision, image_max_pixels=image or vision["image_max_pixels"],
+                video_max_pixels=video or vision["video_max_pixels"], pixels_source="preprocessor")
+
+
+def _pixel_cap(config):
+    if not isinstance(config, dict):
+        return None
+    size = config.get("size")
+    cap = size.get("longest_edge") if isinstance(size, dict) else None
+    cap = cap or config.get("max_pixels")
+    return cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else None
 
 
 def _context(reader):

@@ -20,10 +20,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import os
 
 from ansible_collections.hy3.fleet.plugins.module_utils import checkpoint
-from ansible_collections.hy3.fleet.plugins.module_utils.model_config import ModelConfigError, read_model_profile
+from ansible_collections.hy3.fleet.plugins.module_utils.model_config import (
+    ModelConfigError, read_model_profile, with_preprocessor_pixels)
 
 PICKLE_SUFFIXES = (".bin", ".pt")
 
@@ -58,6 +60,18 @@ def _absent(path, why):
     return err
 
 
+def _json_beside(path, names, name):
+    """A small JSON file of the checkpoint (a preprocessor's), parsed; None when absent. Unreadable or invalid:
+    a ModelConfigError naming it (the budget would otherwise size the encoder from the stock caps unsaid)."""
+    if name not in names:
+        return None
+    try:
+        with open(os.path.join(path, name)) as handle:
+            return json.load(handle)
+    except (IOError, OSError, ValueError) as err:
+        raise ModelConfigError(os.path.join(path, name), "(file)", "cannot be read as JSON: %s" % err) from err
+
+
 def _read(path, tp, overrides, info):
     if not path or not os.path.exists(path):
         raise _absent(path, "weight directory does not exist")
@@ -71,6 +85,9 @@ def _read(path, tp, overrides, info):
         raise checkpoint.CheckpointError(os.path.join(path, "config.json"), "no_config",
                                          "is missing beside %d weight file(s)" % len(weights))
     profile = read_model_profile(os.path.join(path, "config.json"), overrides)
+    if (profile.get("vision") or {}).get("family"):
+        profile["vision"] = with_preprocessor_pixels(profile["vision"], *(
+            _json_beside(path, names, name) for name in ("preprocessor_config.json", "video_preprocessor_config.json")))
     info.update(profile=profile, params_config=profile["params"], guessed=profile["guessed"],
                 warnings=list(profile["warnings"]))
     if not any(n.endswith(".safetensors") for n in weights):

@@ -80,7 +80,8 @@ options:
     description:
       - Quantization tiers on offer, tried from the most bits to the fewest. Each O(tiers[].weights_dir) is
         read before anything else (C(config.json), the safetensors index and every shard's header, never tensor
-        data). A directory that does not exist, or holds neither C(config.json) nor weight files, is not offered
+        data; for a multimodal model its C(preprocessor_config.json) and C(video_preprocessor_config.json)). A
+        directory that does not exist, or holds neither C(config.json) nor weight files, is not offered
         (C(status=absent) in RV(weight_dirs)).
       - A damaged checkpoint (missing shard, truncated or corrupt shard, index naming a tensor a shard lacks, index
         total_size disagreeing, unreadable C(config.json), a file instead of a directory) has
@@ -161,7 +162,9 @@ options:
         serve role's C(hy3_serve_extra_config)). Those that change its memory are modelled -
         C(enable-prefix-caching) (hybrid mamba / linear-attention models then keep two states a request, and before
         v0.28.0 a Mamba-1 / Mamba-2 model one a block), C(mamba-ssm-cache-dtype), C(block-size),
-        C(max-cudagraph-capture-size) and C(async-scheduling), each with its C(no-) form where vLLM has one.
+        C(max-cudagraph-capture-size) and C(async-scheduling), each with its C(no-) form where vLLM has one; for a
+        multimodal model C(limit-mm-per-prompt), C(language-model-only) and C(skip-mm-profiling), which decide the
+        vision tower's dummy batch in the profile run.
       - Keys the collection sets itself - this module's options (C(max-num-batched-tokens), C(enforce-eager),
         C(enable-expert-parallel), C(kv-cache-dtype), C(max-model-len), C(max-num-seqs), C(gpu-memory-utilization),
         C(tensor-parallel-size) and the like) and the serve role's (C(served-model-name), C(host), C(port), the node
@@ -368,7 +371,8 @@ calibration_fields:
 budget_gib:
   description:
     - Budget lines per GPU in GiB - free, engine_request (ceil(total x utilization)), weights_nominal,
-      weights_measured, weights, activation_peak, sampler_state, moe_workspace, non_torch, cudagraph, overhead (their sum, or
+      weights_measured, weights, activation_peak, sampler_state, moe_workspace, encoder_profile (what a multimodal
+      model's vision tower adds to the profile run's peak), non_torch, cudagraph, overhead (their sum, or
       the calibrated or overridden amount), warmup_margin (what vLLM 0.34's extensible KV cache keeps free beyond
       them, 0 where the requested budget binds first), kv_available, kv_one_request, kv_needed, headroom.
     - Also overhead_source (V(model), V(calibrated), V(override), V(explicit_kv)), calibrated_by (host and time
