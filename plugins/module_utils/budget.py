@@ -276,7 +276,8 @@ def calibration_fields(ctx, state):
         "max_num_batched_tokens": engine["max_num_batched_tokens"], "max_num_seqs": state["max_num_seqs"],
         "enforce_eager": bool(engine.get("enforce_eager")), "kv_cache_dtype": ctx["kv_cache_dtype"],
         "dtype": state["tier"].get("dtype") or "bfloat16",
-        "engine_config": engine_memory.overhead_config_key(engine),
+        "engine_config": engine_memory.overhead_config_key(
+            dict(engine, max_num_seqs=state["max_num_seqs"], max_model_len=state["max_model_len"]), ctx["profile"]),
     }
 
 

@@ -43,7 +43,7 @@ import math
 import re
 
 from ansible_collections.hy3.fleet.plugins.module_utils import kv_layout
-from ansible_collections.hy3.fleet.plugins.module_utils.model_config import VISION_QWEN3
+from ansible_collections.hy3.fleet.plugins.module_utils.model_config import VISION_QWEN2, VISION_QWEN3
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2
@@ -321,6 +321,9 @@ def config_settings(config, version=None):
                 problems.append("%s: %r is not a value vLLM takes there" % (raw, value))
             elif parsed is not _ENGINE_DEFAULT:
                 settings[CONFIG_SETTINGS[flag]] = parsed
+            if flag == "limit-mm-per-prompt" and parsed and _mm_dummy_options(value):
+                warnings.append("%s: the dummy item's size options are not modelled; the budget profiles the "
+                                "processor's largest item (an overcount)" % raw)
         elif flag.split(".", 1)[0] in CONFIG_NOT_MODELLED:
             if flag == SPECULATIVE_CONFIG:
                 settings.update(_speculative_tokens(value))
@@ -336,11 +339,16 @@ OVERHEAD_CONFIG_SETTINGS = ("async_scheduling", "max_cudagraph_capture_size", "n
                             "language_model_only", "skip_mm_profiling")
 
 
-def overhead_config_key(settings):
-    """The calibration key's engine_config field: the further-config settings that move the overhead, sorted; ""
-    when there are none."""
-    return ",".join("%s=%s" % (name, _key_text(settings[name])) for name in OVERHEAD_CONFIG_SETTINGS
-                    if settings.get(name) is not None)
+def overhead_config_key(settings, profile=None):
+    """The calibration key's engine_config field: the further-config settings that move the overhead, sorted, and
+    for a model whose vision tower is profiled its dummy batch (modality:tokens x items: it follows max_model_len,
+    the preprocessor's caps and the limits, and moves the overhead by GiB); "" when there are none."""
+    parts = ["%s=%s" % (name, _key_text(settings[name])) for name in OVERHEAD_CONFIG_SETTINGS
+             if settings.get(name) is not None]
+    batch = encoder_dummy_batch((profile or {}).get("vision"), settings) if settings.get("max_model_len") else None
+    if batch:
+        parts.append("encoder=%s:%dx%d" % batch)
+    return ",".join(parts)
 
 
 def _key_text(value):
@@ -382,11 +390,18 @@ def _mm_limits(value):
         return None
     limits = {}
     for modality, limit in value.items():
-        count = limit.get("count") if isinstance(limit, dict) else limit
+        count = limit.get("count", DEFAULT_MM_LIMIT) if isinstance(limit, dict) else limit
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             return None
         limits[str(modality)] = count
     return limits
+
+
+def _mm_dummy_options(value):
+    """Whether a --limit-mm-per-prompt value gives a modality more than its count (width, height, num_frames)."""
+    if isinstance(value, str):
+        value = json.loads(value)
+    return any(isinstance(limit, dict) and set(limit) - {"count"} for limit in value.values())
 
 
 def _positive_int(value):
@@ -1009,6 +1024,8 @@ def encoder_forward_elements(vision, tp, eager):
     hidden, inter = vision["hidden_size"], vision["intermediate_size"]
     pixels = 3 * vision["temporal_patch_size"] * vision["patch_size"] ** 2
     attention = 3 * hidden + 8 * hidden / tp
+    if vision["family"] == VISION_QWEN2:    # Qwen2-VL all-gathers qkv to full width, alive until the projection
+        attention += 3 * hidden * (1 - 1 / tp)
     gated = (3 if eager else 5) * hidden + 3 * inter / tp
     mlp = gated if vision["gated_mlp"] else 2 * hidden + 2 * inter / tp
     held = pixels + vision["head_dim"]
@@ -1025,6 +1042,7 @@ def encoder_profile_bytes(profile, tp, settings, lm_peak, act_bytes=2):
     vision = profile.get("vision")
     if not (vision or {}).get("family"):
         return 0
+    settings = dict(settings, max_model_len=settings.get("max_model_len") or profile["max_position_embeddings"])
     batch = encoder_dummy_batch(vision, settings)
     if batch is None:
         return 0
@@ -1038,6 +1056,22 @@ def encoder_profile_bytes(profile, tp, settings, lm_peak, act_bytes=2):
     outputs = items * tokens * vision["out_hidden_size"] * (1 + vision["deepstack_layers"]) * act_bytes
     pixels = 0 if v2 else patches * 3 * vision["temporal_patch_size"] * vision["patch_size"] ** 2 * act_bytes
     return int(max(forward - lm_peak, outputs + pixels))
+
+
+def encoder_unprofiled(profile, settings):
+    """A sentence when the engine runs this model's vision tower but leaves it out of its profile run (a dense VLM
+    on the V2 runner before ENCODER_V2_PROFILED_SINCE): its KV cache is sized without the tower, so the first
+    request with the largest image or video needs that memory beyond it; None otherwise."""
+    vision = profile.get("vision")
+    settings = dict(settings, max_model_len=settings.get("max_model_len") or profile["max_position_embeddings"])
+    if encoder_dummy_batch(vision, settings) is None or not model_runner_v2(settings.get("version"), profile):
+        return None
+    if engine_version(settings.get("version")) >= ENCODER_V2_PROFILED_SINCE:
+        return None
+    return ("vLLM %s runs this model on its V2 model runner, which does not profile the vision tower: the KV cache "
+            "is sized without it, so a request with the largest image or video can run out of memory; leave "
+            "headroom (a lower gpu_memory_utilization) or limit the media (limit-mm-per-prompt)"
+            % settings.get("version"))
 
 
 def overhead(profile, tp, settings):

@@ -258,25 +258,26 @@ def _vision(config, text_hidden, warnings):
 
 
 def with_preprocessor_pixels(vision, image_config, video_config=None):
-    """The vision profile with the pixel caps of the checkpoint's preprocessor_config.json (image_config) and
-    video_preprocessor_config.json (video_config; vLLM falls back to the image one), parsed: size.longest_edge, or
-    max_pixels. A modelled tower only; unchanged when neither file names a cap."""
+    """The vision profile with the pixel caps of the checkpoint's preprocessor_config.json (image_config: max_pixels,
+    else size.longest_edge) and video_preprocessor_config.json (video_config: size.longest_edge; transformers falls
+    back to the image file). A modelled tower only; unchanged when neither file names a cap."""
     if not (vision or {}).get("family"):
         return vision
-    image = _pixel_cap(image_config)
-    video = _pixel_cap(video_config) or image
+    image = _pixel_cap(image_config, "max_pixels")
+    video = _pixel_cap(video_config) or _pixel_cap(image_config)
     if not image and not video:
         return vision
     return dict(vision, image_max_pixels=image or vision["image_max_pixels"],
                 video_max_pixels=video or vision["video_max_pixels"], pixels_source="preprocessor")
 
 
-def _pixel_cap(config):
+def _pixel_cap(config, override=None):
+    """A processor's pixel cap: size.longest_edge, or the override field that replaces it (the Qwen2-VL image
+    processor lets max_pixels overwrite size; the Qwen3-VL video processor reads size alone)."""
     if not isinstance(config, dict):
         return None
     size = config.get("size")
-    cap = size.get("longest_edge") if isinstance(size, dict) else None
-    cap = cap or config.get("max_pixels")
+    cap = (config.get(override) if override else None) or (size.get("longest_edge") if isinstance(size, dict) else None)
     return cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else None
 
 

@@ -609,6 +609,9 @@ def main():
     except budget.BudgetInputError as err:
         module.fail_json(msg="engine_budget: %s" % err, status=BAD_INPUT, weight_dirs=inspected, model_profile=profile)
     result.update(weight_dirs=inspected, model_profile=profile)
+    unprofiled = engine_memory.encoder_unprofiled(profile, engine_settings(params, from_config))
+    if unprofiled:
+        module.warn("engine_budget: %s" % unprofiled)
     if not result["fits"] and params["fail_when_cannot_hold"]:
         module.fail_json(**dict(result, msg=result["reason"]))
     module.exit_json(changed=False, **result)

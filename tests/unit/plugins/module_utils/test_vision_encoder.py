@@ -67,6 +67,9 @@ def test_preprocessor_caps_replace_the_stock_ones():
                                                                                            "preprocessor")
     read = with_preprocessor_pixels(vision, {"max_pixels": 2048 * 1024}, {"size": {"longest_edge": 4096 * 1024}})
     assert (read["image_max_pixels"], read["video_max_pixels"]) == (2048 * 1024, 4096 * 1024)
+    # the image processor lets max_pixels overwrite size; the video one reads size alone, from the image file too
+    read = with_preprocessor_pixels(vision, {"max_pixels": 2048 * 1024, "size": {"longest_edge": 1024 * 1024}})
+    assert (read["image_max_pixels"], read["video_max_pixels"]) == (2048 * 1024, 1024 * 1024)
     assert with_preprocessor_pixels(vision, {"do_resize": True}) is vision
 
 
@@ -108,6 +111,32 @@ def test_tensor_parallelism_splits_the_tower_s_projections():
     one, four = (engine_memory.encoder_forward_elements(profile["vision"], tp, False) for tp in (1, 4))
     assert one == 1536 + 72 + 1152 + 3 * 2048 / 4 + 11 * 1152
     assert four == 1536 + 72 + 1152 + 3 * 2048 / 4 + (3 + 8 / 4) * 1152
+    # Qwen2.5-VL: at TP 4 its gated MLP (5 x 1280 + 3 x 3420 / 4) outgrows the split attention (3 + 8 / 4) x 1280
+    qwen25 = model_profile(QWEN25_VL_7B)["vision"]
+    assert engine_memory.encoder_forward_elements(qwen25, 4, False) == 1176 + 80 + 5 * 1280 + 3 * 3420 / 4
+    # Qwen2-VL all-gathers qkv to full width on every rank: 3 x hidden more than the split share
+    qwen2 = model_profile(dict(QWEN25_VL_7B, model_type="qwen2_vl", vision_config={
+        "depth": 32, "embed_dim": 1280, "mlp_ratio": 4, "num_heads": 16, "hidden_size": 3584, "patch_size": 14}))
+    assert engine_memory.encoder_forward_elements(qwen2["vision"], 4, False) == 1176 + 80 + (6 + 5 / 4) * 1280
+    assert engine_memory.encoder_forward_elements(qwen2["vision"], 1, False) == 1176 + 80 + 11 * 1280
+
+
+def test_the_calibration_key_carries_the_encoder_s_dummy_batch():
+    """Qwen2.5-VL's dummy video follows max_model_len, so an overhead measured at 32K never calibrates 128K."""
+    profile = model_profile(QWEN25_VL_7B)
+    keys = [engine_memory.overhead_config_key(engine(max_model_len=length), profile) for length in (32768, 128000)]
+    assert keys == ["encoder=video:32768x1", "encoder=video:114688x1"]
+    assert engine_memory.overhead_config_key(engine(mm_limits={"image": 0, "video": 0}), profile) == \
+        "mm_limits=image:0/video:0"
+    assert engine_memory.overhead_config_key(engine(), model_profile(LLAVA)) == ""
+
+
+def test_without_max_model_len_the_model_s_own_length_is_taken():
+    profile = model_profile(QWEN25_VL_7B)
+    settings = engine()
+    del settings["max_model_len"]
+    assert engine_memory.encoder_profile_bytes(profile, 1, settings, GIB) == \
+        engine_memory.encoder_profile_bytes(profile, 1, engine(max_model_len=128000), GIB)
 
 
 @pytest.mark.parametrize("version, held", [("0.23.0", "outputs+pixels"), ("0.25.0", None), ("0.26.0", None),
@@ -120,6 +149,15 @@ def test_the_runner_decides_whether_and_how_the_encoder_is_profiled(version, hel
     added = engine_memory.encoder_profile_bytes(profile, 1, engine(version=version), 40 * GIB)
     outputs, pixels = 114688 * 3584 * 2, 458752 * 1176 * 2
     assert added == {None: 0, "outputs": outputs, "outputs+pixels": outputs + pixels}[held]
+
+
+def test_an_engine_that_leaves_the_tower_out_of_its_profile_run_is_said():
+    profile = model_profile(QWEN25_VL_7B)
+    said = [version for version in ("0.23.0", "0.25.0", "0.26.0", "0.27.0", "0.29.0")
+            if engine_memory.encoder_unprofiled(profile, engine(version=version))]
+    assert said == ["0.25.0", "0.26.0"]
+    assert engine_memory.encoder_unprofiled(profile, engine(version="0.25.0", language_model_only=True)) is None
+    assert engine_memory.encoder_unprofiled(model_profile(QWEN3_VL_30B), engine(version="0.25.0")) is None    # MoE: V1
 
 
 def test_a_public_qwen25_vl_start_that_failed_for_the_video_profile():
@@ -145,10 +183,14 @@ def test_further_config_limits_and_language_model_only_are_read():
         "limit-mm-per-prompt": '{"video": 0, "image": {"count": 2, "width": 512}}', "language_model_only": True,
         "mm-processor-kwargs": {"max_pixels": 1000}})
     assert settings == {"mm_limits": {"video": 0, "image": 2}, "language_model_only": True} and problems == []
-    assert [w.split(" ")[0] for w in warnings] == ["mm-processor-kwargs"]
+    assert [w.split(" ")[0] for w in warnings] == ["limit-mm-per-prompt:", "mm-processor-kwargs"]   # width: said
     assert engine_memory.config_settings({"limit_mm_per_prompt": {"image": -1}})[1] == [
         "limit_mm_per_prompt: {'image': -1} is not a value vLLM takes there"]
     assert engine_memory.overhead_config_key({"mm_limits": {"video": 0, "image": 2}}) == "mm_limits=image:2/video:0"
+    # a modality given options without a count keeps vLLM's 999; the options themselves are said
+    settings, problems, warnings = engine_memory.config_settings({"limit-mm-per-prompt": {"image": {"width": 512}}})
+    assert settings == {"mm_limits": {"image": 999}} and problems == []
+    assert warnings[0].startswith("limit-mm-per-prompt: the dummy item's size options are not modelled")
 
 
 def test_a_checkpoint_s_preprocessor_is_read_and_a_broken_one_named(tmp_path):
