@@ -1,5 +1,6 @@
 # -*- coding: utf-8 -*-
 """engine_budget: the profile and sizes come from the tiers' checkpoints; damaged ones fail before anything runs."""
+import json
 import os
 
 import sample_checkpoints
@@ -228,3 +229,34 @@ def test_further_engine_config_reaches_the_budget(tmp_path, monkeypatch):
     assert capped.result["budget_bytes"]["cudagraph"] < plain["budget_bytes"]["cudagraph"]    # 4 sizes, not 11
     assert capped.result["budget_bytes"]["kv_block_size"] == 32
     assert any("speculative-config changes the engine's memory" in w for w in said)
+
+
+def test_a_multimodal_checkpoint_budgets_its_vision_tower(tmp_path, monkeypatch):
+    """A Qwen2.5-VL-shaped checkpoint: its preprocessor is read, the tower's profile run is a budget line, and an
+    engine whose runner leaves the tower out of its profile run (0.25) is said."""
+    said = []
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, warning: said.append(warning))
+    bf16 = sample_checkpoints.write(tmp_path / "bf16")
+    config_path = os.path.join(bf16, "config.json")
+    with open(config_path) as handle:
+        config = json.load(handle)
+    for moe_field in ("moe_intermediate_size", "num_experts", "num_experts_per_tok", "num_shared_experts",
+                      "first_k_dense_replace"):
+        config.pop(moe_field, None)                                      # a dense language model, as Qwen2.5-VL's
+    config.update(model_type="qwen2_5_vl", vision_config={
+        "depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16, "out_hidden_size": 3584,
+        "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2})
+    with open(config_path, "w") as handle:
+        json.dump(config, handle)
+    with open(os.path.join(bf16, "preprocessor_config.json"), "w") as handle:
+        json.dump({"max_pixels": 1003520, "min_pixels": 3136}, handle)      # 1280 tokens an image
+    tiers = [{"name": "bf16", "weights_dir": bf16}]
+    gpus = devices(1, 80, 80, name="NVIDIA H100 80GB HBM3")
+    v1 = run_module(engine_budget.main, args(tiers, gpus=gpus, engine_version="0.23.0", max_model_len=4096)).result
+    assert v1["model_profile"]["vision"]["image_max_pixels"] == 1003520
+    assert v1["budget_bytes"]["encoder_profile"] > 0 and v1["calibration_fields"]["engine_config"] == \
+        "encoder=video:3840x1"                                           # 3 frame pairs of 1280 tokens in 4096
+    assert not said
+    v2 = run_module(engine_budget.main, args(tiers, gpus=gpus, engine_version="0.25.0", max_model_len=4096)).result
+    assert v2["budget_bytes"]["encoder_profile"] == 0
+    assert any("does not profile the vision tower" in w for w in said)
