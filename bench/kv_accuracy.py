@@ -261,13 +261,16 @@ def fit_features(case):
     term = engine_memory.tensor_parallel_term(result["tensor_parallel_size"], engine.get("version"),
                                               engine.get("gpu_name"))
     pcie_gib = engine_memory.COPIES[term] / GIB if term == "tensor_parallel_pcie" else 0    # a set amount
-    features = [1.0] + [1.0 if term == name else 0.0 for name in FIT_TERMS[1:]]
+    # the fitted runtime amount is the moved baseline's; earlier engines' measured amount is a known term
+    moved = engine_memory.engine_version(engine.get("version")) >= engine_memory.BASELINE_MOVED_SINCE
+    early_gib = 0 if moved else engine_memory.COPIES["runtime_early"] / GIB
+    features = [1.0 if moved else 0.0] + [1.0 if term == name else 0.0 for name in FIT_TERMS[1:]]
     known = ((table["cudagraph"] or 0) + table["activation_peak"] + (table["sampler_state"] or 0)
-             + table["moe_workspace"]) / GIB + pcie_gib
+             + table["moe_workspace"] + (table.get("encoder_profile") or 0)) / GIB + pcie_gib + early_gib
     rows = [(features, measured["overhead_bytes"] / GIB - known)]
     non_torch = ((case["engine_reported"].get("profile_breakdown") or {}).get("non_torch_increase_gib"))
     if non_torch is not None and engine_memory.engine_version(engine.get("version")) >= PER_PROCESS_NON_TORCH_SINCE:
-        rows.append((features, non_torch - pcie_gib))
+        rows.append((features, non_torch - pcie_gib - early_gib))
     return rows
 
 

@@ -62,13 +62,16 @@ COPIES = {
                                       # logits (sorting_sampler; v0.11 - v0.16 logs: 38.4 - 38.5 bytes)
     "transient": 1.0,          # scale of the forward's transient peak (forward-bound logs: 0.92 - 1.07)
     "runtime": 0.27 * GIB,    # non-torch growth of one rank in the profile run: cuBLAS / cuDNN workspaces,
-                              # model-runner buffers (fitted; single-GPU v0.18 - v0.19 logs print "non-torch
-                              # forward increase memory" 0.24 - 0.26 GiB, v0.11 - v0.17 logs 0.13 - 0.14 and
-                              # v0.7 logs 0.25 - 0.30: one amount, not worth a version boundary)
+                              # model-runner buffers, on engines whose baseline moved (BASELINE_MOVED_SINCE)
+                              # (fitted; single-GPU v0.18 - v0.19 logs print "non-torch forward increase
+                              # memory" 0.24 - 0.26 GiB)
+    "runtime_early": 0.135 * GIB,   # the same before BASELINE_MOVED_SINCE (measured, not fitted: the median
+                                    # of 8 single-GPU v0.11 - v0.17 logs' printed 0.13 - 0.14 GiB; 11 v0.17.1 RTX
+                                    # 3090 runs and the v0.10 A100 runs were 0.2 - 0.3 GiB under with 0.27)
     "tensor_parallel": 1.94 * GIB,    # NCCL / all-reduce buffers first touched in the profile (tp > 1), on
                                       # engines that count them in full (BASELINE_MOVED_SINCE; v0.19 TP 2 and
                                       # TP 4 logs: non-torch 2.06 - 2.21 GiB against 0.25 at TP 1)
-    "tensor_parallel_early": 0.56 * GIB,  # the share v0.11 - v0.17 engines count (fitted on their TP logs; the
+    "tensor_parallel_early": 0.68 * GIB,  # the share v0.11 - v0.17 engines count (fitted on their TP logs; the
                                           # v0.11.0 TP 2 profiling lines alone give 0.4)
     "tensor_parallel_pcie": 0.10 * GIB,  # the same between PCIe boards (PCIE_BOARDS): NCCL's PCIe channels
                                          # (an estimate; no corpus log prints it apart)
@@ -871,8 +874,14 @@ def non_torch_bytes(profile, tp, settings):
     """Buffers outside the forward that the profile run leaves behind: runtime workspaces, and the
     NCCL / all-reduce buffers first touched there when tp > 1 (engines since about 0.11 take the
     baseline after NCCL's init, so its lazy buffers land here)."""
-    return int(COPIES["runtime"] + tensor_parallel_bytes(tp, settings.get("version"), settings.get("gpu_name"),
-                                                         settings.get("nvlink")))
+    return int(runtime_bytes(settings.get("version")) + tensor_parallel_bytes(
+        tp, settings.get("version"), settings.get("gpu_name"), settings.get("nvlink")))
+
+
+def runtime_bytes(version):
+    """One rank's runtime non-torch growth: the fitted amount where the engine's baseline moved, the amount
+    earlier engines printed before (COPIES)."""
+    return COPIES["runtime"] if _baseline_moved(version) else COPIES["runtime_early"]
 
 
 def _baseline_moved(version):

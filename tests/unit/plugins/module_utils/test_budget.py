@@ -775,3 +775,11 @@ def test_calibration_key_names_the_further_config_that_moves_the_overhead_only_w
     capped = engine_memory.overhead_config_key({"max_cudagraph_capture_size": 8, "enable_prefix_caching": True})
     assert capped == "max_cudagraph_capture_size=8"
     assert calibration.calibration_key(dict(base, engine_config=capped)) == plain + "|engine_config=" + capped
+
+
+@pytest.mark.parametrize("version, runtime_gib", [("0.11.0", 0.135), ("0.17.1", 0.135), ("0.18.0", 0.27),
+                                                  ("0.29.0", 0.27)])
+def test_runtime_growth_follows_the_engine_s_baseline(version, runtime_gib):
+    """Single-GPU logs print a non-torch growth of 0.13 - 0.14 GiB on v0.11 - v0.17 and 0.24 - 0.26 from v0.18,
+    when the engine's baseline moved before the runtime's first use."""
+    assert engine_memory.non_torch_bytes(TINY, 1, {"version": version}) == int(runtime_gib * GIB)
