@@ -1031,39 +1031,49 @@ def encoder_forward_elements(vision, tp, eager):
     hidden; 3 with the in-place fused norm eager mode runs) with gate/up, activation (3 x intermediate, split) and
     down projection. Qwen3 towers also hold their position embeddings and the deepstack outputs gathered so far."""
     hidden, inter = vision["hidden_size"], vision["intermediate_size"]
-    pixels = 3 * vision["temporal_patch_size"] * vision["patch_size"] ** 2
     attention = 3 * hidden + 8 * hidden / tp
     if vision["family"] == VISION_QWEN2:    # Qwen2-VL all-gathers qkv to full width, alive until the projection
         attention += 3 * hidden * (1 - 1 / tp)
     gated = (3 if eager else 5) * hidden + 3 * inter / tp
     mlp = gated if vision["gated_mlp"] else 2 * hidden + 2 * inter / tp
-    held = pixels + vision["head_dim"]
+    held = _pixel_elements(vision) + vision["head_dim"]
     if vision["family"] == VISION_QWEN3:
         held += hidden + vision["deepstack_layers"] * vision["out_hidden_size"] / vision["spatial_merge_size"] ** 2
     return held + max(attention, mlp)
 
 
+def _pixel_elements(vision):
+    """A pre-merge patch's pixels: 3 colours x temporal patch x patch^2."""
+    return 3 * vision["temporal_patch_size"] * vision["patch_size"] ** 2
+
+
+def _encoder_run(profile, settings):
+    """(dummy batch, V2 runner) of the encoder's profile run, the batch None where the engine runs none: a text-only
+    model or one whose media are all off (encoder_dummy_batch; V2 then False), or the V2 runner before
+    ENCODER_V2_PROFILED_SINCE (V2 True). Without a max_model_len the model's own is taken."""
+    settings = dict(settings, max_model_len=settings.get("max_model_len") or profile["max_position_embeddings"])
+    batch = encoder_dummy_batch(profile.get("vision"), settings)
+    v2 = batch is not None and model_runner_v2(settings.get("version"), profile)
+    if v2 and engine_version(settings.get("version")) < ENCODER_V2_PROFILED_SINCE:
+        batch = None
+    return batch, v2
+
+
 def encoder_profile_bytes(profile, tp, settings, lm_peak, act_bytes=2):
     """What the encoder's dummy batch adds to the profile run's torch peak beyond the language model's (lm_peak:
     its forward, sampler and expert buffers): the peak becomes max(the tower's forward, its outputs (+ pixel input
-    on the V1 runner) held under the language model's batch). 0 where the engine profiles no encoder (see
-    encoder_dummy_batch; the V2 runner before ENCODER_V2_PROFILED_SINCE)."""
+    on the V1 runner) held under the language model's batch). 0 where the engine profiles no encoder."""
     vision = profile.get("vision")
     if not (vision or {}).get("family"):
         return 0
-    settings = dict(settings, max_model_len=settings.get("max_model_len") or profile["max_position_embeddings"])
-    batch = encoder_dummy_batch(vision, settings)
+    batch, v2 = _encoder_run(profile, settings)
     if batch is None:
-        return 0
-    version = settings.get("version")
-    v2 = model_runner_v2(version, profile)
-    if v2 and engine_version(version) < ENCODER_V2_PROFILED_SINCE:
         return 0
     _modality, tokens, items = batch
     patches = items * tokens * vision["spatial_merge_size"] ** 2
     forward = patches * encoder_forward_elements(vision, tp, settings.get("enforce_eager")) * act_bytes
     outputs = items * tokens * vision["out_hidden_size"] * (1 + vision["deepstack_layers"]) * act_bytes
-    pixels = 0 if v2 else patches * 3 * vision["temporal_patch_size"] * vision["patch_size"] ** 2 * act_bytes
+    pixels = 0 if v2 else patches * _pixel_elements(vision) * act_bytes
     return int(max(forward - lm_peak, outputs + pixels))
 
 
@@ -1071,11 +1081,8 @@ def encoder_unprofiled(profile, settings):
     """A sentence when the engine runs this model's vision tower but leaves it out of its profile run (a dense VLM
     on the V2 runner before ENCODER_V2_PROFILED_SINCE): its KV cache is sized without the tower, so the first
     request with the largest image or video needs that memory beyond it; None otherwise."""
-    vision = profile.get("vision")
-    settings = dict(settings, max_model_len=settings.get("max_model_len") or profile["max_position_embeddings"])
-    if encoder_dummy_batch(vision, settings) is None or not model_runner_v2(settings.get("version"), profile):
-        return None
-    if engine_version(settings.get("version")) >= ENCODER_V2_PROFILED_SINCE:
+    batch, v2 = _encoder_run(profile, settings)
+    if batch is not None or not v2:
         return None
     return ("vLLM %s runs this model on its V2 model runner, which does not profile the vision tower: the KV cache "
             "is sized without it, so a request with the largest image or video can run out of memory; leave "
