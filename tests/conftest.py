@@ -5,6 +5,7 @@ Under `ansible-test units` the tree already sits at ansible_collections/hy3/flee
 provides the import; a plain pytest run on the checkout gets a temporary symlinked layout.
 """
 import os
+import signal
 import sys
 import tempfile
 
@@ -26,3 +27,14 @@ sys.path.insert(0, _collections_root())
 for _helpers in ("fakes", "helpers"):
     if os.path.join(ROOT, "tests", _helpers) not in sys.path:
         sys.path.insert(0, os.path.join(ROOT, "tests", _helpers))
+
+
+def _interrupt(signum, _frame):
+    raise KeyboardInterrupt("stopped by signal %d" % signum)
+
+
+def pytest_configure(config):  # pylint: disable=unused-argument
+    """A run stopped by SIGTERM or SIGHUP (a CI timeout, a closed terminal) unwinds like Ctrl-C, so session
+    fixtures still tear down: the test fleet's namespaces, links, cgroups and state are removed, not left behind."""
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _interrupt)
