@@ -276,8 +276,7 @@ def calibration_fields(ctx, state):
         "max_num_batched_tokens": engine["max_num_batched_tokens"], "max_num_seqs": state["max_num_seqs"],
         "enforce_eager": bool(engine.get("enforce_eager")), "kv_cache_dtype": ctx["kv_cache_dtype"],
         "dtype": state["tier"].get("dtype") or "bfloat16",
-        "engine_config": engine_memory.overhead_config_key(
-            dict(engine, max_num_seqs=state["max_num_seqs"], max_model_len=state["max_model_len"]), ctx["profile"]),
+        "engine_config": engine_memory.overhead_config_key(state_settings(engine, state), ctx["profile"]),
     }
 
 
@@ -298,9 +297,13 @@ def overhead_lines(ctx, state, last_stage=True):
         return {"runtime_overhead": flat, "total": flat}, OVERHEAD_OVERRIDE, None
     # Activations in the model's dtype: an fp32 model holds twice the bytes (and fp32 logits from the start).
     act_bytes = DTYPE_BYTES.get(state["tier"].get("dtype") or "bfloat16", 2)
-    settings = dict(engine, max_num_seqs=state["max_num_seqs"], max_model_len=state["max_model_len"],
-                    last_pp_stage=last_stage, act_bytes=act_bytes)
+    settings = state_settings(engine, state, last_pp_stage=last_stage, act_bytes=act_bytes)
     return engine_memory.overhead(ctx["profile"], ctx["tp"], settings), OVERHEAD_MODEL, None
+
+
+def state_settings(engine, state, **extra):
+    """The engine's settings at one retreat state: its max_num_seqs and max_model_len over the engine's own."""
+    return dict(engine, max_num_seqs=state["max_num_seqs"], max_model_len=state["max_model_len"], **extra)
 
 
 def evaluate(state, ctx):

@@ -365,15 +365,22 @@ def _key_text(value):
 _ENGINE_DEFAULT = object()
 
 
-def _speculative_tokens(value):
-    """{num_speculative_tokens: N} of a speculative config (a dict, or the JSON vLLM's command line takes): its count,
-    or 1 when it gives none (an MTP drafter's n_predict, one for the usual single MTP layer); {} when unreadable."""
+def _config_mapping(value):
+    """A further-config value that is a mapping: a dict, or the JSON text of one vLLM's command line takes; None
+    otherwise."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except ValueError:
-            return {}
-    if not isinstance(value, dict):
+            return None
+    return value if isinstance(value, dict) else None
+
+
+def _speculative_tokens(value):
+    """{num_speculative_tokens: N} of a speculative config (a dict, or the JSON vLLM's command line takes): its count,
+    or 1 when it gives none (an MTP drafter's n_predict, one for the usual single MTP layer); {} when unreadable."""
+    value = _config_mapping(value)
+    if value is None:
         return {}
     tokens = value.get("num_speculative_tokens")
     if tokens is None:
@@ -384,12 +391,8 @@ def _speculative_tokens(value):
 def _mm_limits(value):
     """{modality: items} of --limit-mm-per-prompt (a mapping, or the JSON the command line takes); a modality's
     value may be a count or a mapping with one ("count", with dummy-size options); None when unreadable."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return None
-    if not isinstance(value, dict):
+    value = _config_mapping(value)
+    if value is None:
         return None
     limits = {}
     for modality, limit in value.items():
@@ -401,10 +404,9 @@ def _mm_limits(value):
 
 
 def _mm_dummy_options(value):
-    """Whether a --limit-mm-per-prompt value gives a modality more than its count (width, height, num_frames)."""
-    if isinstance(value, str):
-        value = json.loads(value)
-    return any(isinstance(limit, dict) and set(limit) - {"count"} for limit in value.values())
+    """Whether a readable --limit-mm-per-prompt value gives a modality more than its count (width, height,
+    num_frames)."""
+    return any(isinstance(limit, dict) and set(limit) - {"count"} for limit in _config_mapping(value).values())
 
 
 def _positive_int(value):

@@ -609,8 +609,7 @@ def main():
     except budget.BudgetInputError as err:
         module.fail_json(msg="engine_budget: %s" % err, status=BAD_INPUT, weight_dirs=inspected, model_profile=profile)
     result.update(weight_dirs=inspected, model_profile=profile)
-    unprofiled = engine_memory.encoder_unprofiled(profile, dict(
-        result["engine"], max_model_len=result["max_model_len"], max_num_seqs=result["max_num_seqs"]))
+    unprofiled = engine_memory.encoder_unprofiled(profile, budget.state_settings(result["engine"], result))
     if unprofiled:
         module.warn("engine_budget: %s" % unprofiled)
     if not result["fits"] and params["fail_when_cannot_hold"]:
