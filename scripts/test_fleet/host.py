@@ -132,6 +132,17 @@ def boot(fleet_name, host, rootfs, binds):
     return proc.pid
 
 
+def _exit_status(host):
+    """' (exit status N)' when this process started the host's systemd-nspawn and it has exited, else ''."""
+    try:
+        with open(_pid_file(host)) as handle:
+            child = _CHILDREN.get(int(handle.read()))
+    except (OSError, ValueError):
+        return ""
+    status = child.poll() if child is not None else None
+    return "" if status is None else " (exit status %d)" % status
+
+
 def nspawn_pid(fleet_name, host):
     """The PID of the host's running systemd-nspawn, or None (checked against its command line)."""
     try:
@@ -139,9 +150,23 @@ def nspawn_pid(fleet_name, host):
             pid = int(handle.read())
     except (OSError, ValueError):
         return None
-    if pid_alive(pid) and "--machine=%s-%s" % (fleet_name, host.name) in pid_cmdline(pid):
+    if "--machine=%s-%s" % (fleet_name, host.name) in _settled_cmdline(pid):
         return pid
     return None
+
+
+def _settled_cmdline(pid, tries=100):
+    """pid's command line, [] once it is gone. While execve swaps the image in (the sh that joins the cgroups
+    becoming systemd-nspawn), the kernel shows a live process with an empty one, so read again: taking that
+    moment for an exit failed a CI boot with "systemd-nspawn exited during boot" and an empty console."""
+    for _attempt in range(tries):
+        if not pid_alive(pid):
+            return []
+        cmdline = pid_cmdline(pid)
+        if any(cmdline):
+            return cmdline
+        time.sleep(0.01)
+    return []
 
 
 def init_pid(fleet_name, host):
@@ -187,8 +212,8 @@ def wait_ready(fleet_name, host, key, timeout=BOOT_TIMEOUT):
     state = "no answer over SSH"
     while time.monotonic() < deadline:
         if nspawn_pid(fleet_name, host) is None:
-            raise BootExited("host %s: systemd-nspawn exited during boot; console: %s"
-                             % (host.name, console_tail(host)))
+            raise BootExited("host %s: systemd-nspawn exited during boot%s; console: %s"
+                             % (host.name, _exit_status(host), console_tail(host)))
         proc = run(ssh_argv(host, key, "systemctl", "is-system-running", "--wait"), check=False, timeout=timeout)
         state = proc.stdout.strip() or proc.stderr.strip()
         if state == "running":

@@ -2,6 +2,7 @@
 """The test fleet's pure parts (scripts/test_fleet), without root or namespaces: names and addresses,
 the mirror found in apt sources, the base stamp, the virtualenv frame, and the inventory YAML."""
 import os
+import subprocess
 import sys
 
 import pytest
@@ -10,8 +11,8 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
-from test_fleet import base, inventory, net  # noqa: E402  pylint: disable=wrong-import-position
-from test_fleet.common import FleetError  # noqa: E402  pylint: disable=wrong-import-position
+from test_fleet import base, host as hostlib, inventory, net  # noqa: E402  pylint: disable=wrong-import-position
+from test_fleet.common import FleetError, pid_cmdline  # noqa: E402  pylint: disable=wrong-import-position
 from test_fleet.fleet import Fleet, venv_version, write_venv_skeleton  # noqa: E402  pylint: disable=wrong-import-position
 
 
@@ -98,3 +99,23 @@ def test_inventory_yaml_round_trips():
 def test_inventory_without_venv_uses_the_hosts_python():
     data = inventory.build(Fleet("hy3tf", ["a"], venv=""))
     assert data["all"]["children"]["gpu_nodes"]["vars"]["ansible_python_interpreter"] == "/usr/bin/python3"
+
+
+def test_a_host_mid_exec_is_not_taken_for_an_exited_one(tmp_path):
+    """The boot's sh joins the cgroups, then execs systemd-nspawn; in that execve the kernel shows an empty
+    command line. Read at once after each start (as the boot's wait does), the host must count as running,
+    and as gone once it has exited."""
+    host = hostlib.Host("h", 1, "10.0.0.1", "/run/netns/x", "x-v1", str(tmp_path))
+    script = 'exec "$@"'
+    for _attempt in range(20):
+        proc = subprocess.Popen(["sh", "-c", script, "sh", sys.executable, "-c", "import time; time.sleep(5)",
+                                 "--machine=f-h"])
+        (tmp_path / "nspawn.pid").write_text("%d\n" % proc.pid)
+        try:
+            while pid_cmdline(proc.pid)[0] != sys.executable:      # until sh has become python
+                assert hostlib.nspawn_pid("f", host) == proc.pid
+            assert hostlib.nspawn_pid("g", host) is None
+        finally:
+            proc.kill()
+            proc.wait()
+        assert hostlib.nspawn_pid("f", host) is None
