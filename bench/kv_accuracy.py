@@ -55,8 +55,8 @@ def unsupported(case):
     settings = case.get("settings") or {}
     if (settings.get("data_parallel_size") or 1) > 1:
         return "data parallel"
-    if settings.get("speculative"):
-        return "speculative decoding"
+    if (settings.get("speculative") or {}).get("method") in ("draft_model", "medusa", "mlp_speculator"):
+        return "a draft model of its own (its config is not in the case)"
     config = case["model"]["config"]
     if "vision" in case["id"] or (config.get("vision_config") and not (model_profile(config).get("vision") or {}).get("family")):
         return "multimodal, its vision tower not modelled (the encoder is profiled too)"
@@ -98,9 +98,11 @@ def engine_of(case, settings, entries=None):
         engine["moe_backend"] = settings["moe_backend"]
     # where the run set them, or its log or install says
     for knob in ("flashinfer_sampler", "max_cudagraph_capture_size", "async_scheduling", "enable_prefix_caching",
-                 "mamba_ssm_cache_dtype"):
+                 "mamba_ssm_cache_dtype", "nvlink"):
         if settings.get(knob) is not None:
             engine[knob] = settings[knob]
+    if settings.get("speculative"):
+        engine.update(engine_memory.config_settings({"speculative-config": settings["speculative"]})[0])
     if settings.get("limit_mm_per_prompt") is not None:
         engine["mm_limits"] = engine_memory.config_settings(
             {"limit-mm-per-prompt": settings["limit_mm_per_prompt"]})[0]["mm_limits"]
@@ -259,14 +261,15 @@ def fit_features(case):
         return None
     engine = result["engine"]
     term = engine_memory.tensor_parallel_term(result["tensor_parallel_size"], engine.get("version"),
-                                              engine.get("gpu_name"))
+                                              engine.get("gpu_name"), engine.get("nvlink"))
     pcie_gib = engine_memory.COPIES[term] / GIB if term == "tensor_parallel_pcie" else 0    # a set amount
     # the fitted runtime amount is the moved baseline's; earlier engines' measured amount is a known term
     moved = engine_memory.engine_version(engine.get("version")) >= engine_memory.BASELINE_MOVED_SINCE
     early_gib = 0 if moved else engine_memory.COPIES["runtime_early"] / GIB
     features = [1.0 if moved else 0.0] + [1.0 if term == name else 0.0 for name in FIT_TERMS[1:]]
-    known = ((table["cudagraph"] or 0) + table["activation_peak"] + (table["sampler_state"] or 0)
-             + table["moe_workspace"] + (table.get("encoder_profile") or 0)) / GIB + pcie_gib + early_gib
+    known = (((table["cudagraph"] or 0) + table["activation_peak"] + (table["sampler_state"] or 0)
+             + table["moe_workspace"] + (table.get("encoder_profile") or 0) + (table.get("speculative") or 0)) / GIB
+             + pcie_gib + early_gib)
     rows = [(features, measured["overhead_bytes"] / GIB - known)]
     non_torch = ((case["engine_reported"].get("profile_breakdown") or {}).get("non_torch_increase_gib"))
     if non_torch is not None and engine_memory.engine_version(engine.get("version")) >= PER_PROCESS_NON_TORCH_SINCE:

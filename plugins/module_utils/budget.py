@@ -372,7 +372,7 @@ def evaluate_stage(state, ctx, share, overhead):
     available -= margin
     model_dtype_bytes = DTYPE_BYTES.get(tier.get("dtype") or "bfloat16", 2)
     kv_dtype_bytes = KV_DTYPE_BYTES.get(ctx["kv_cache_dtype"], model_dtype_bytes)
-    draft_layers = (profile.get("num_nextn_predict_layers") or 0) if ctx["load_mtp"] and (not share or share["last"]) else 0
+    draft_layers = engine_memory.draft_kv_layers(profile, engine, ctx["load_mtp"]) if not share or share["last"] else 0
     state_policy, mla_policy = kv_policies(ctx, model_dtype_bytes, kv_dtype_bytes)
     layout = kv_layout.layout(profile, tp, kv_dtype_bytes, ctx["block_size"], state["max_model_len"],
                               engine_memory.in_flight_tokens(profile, engine, ctx["pp"]), draft_layers,
@@ -390,6 +390,7 @@ def evaluate_stage(state, ctx, share, overhead):
         "activation_peak": lines.get("activation_peak"),
         "sampler_state": lines.get("sampler_state"),
         "moe_workspace": lines.get("moe_workspace"),
+        "speculative": lines.get("speculative"),
         "encoder_profile": lines.get("encoder_profile"),
         "non_torch": lines.get("non_torch"),
         "cudagraph": lines.get("cudagraph"),
@@ -527,6 +528,7 @@ def plan(profile, tiers, gpus, gpu_memory_utilization=None, kv_cache_dtype="auto
     """
     engine, gpu_memory_utilization, max_num_seqs = resolve_engine(engine, gpus, gpu_memory_utilization,
                                                                   max_num_seqs)
+    load_mtp = engine_memory.loads_mtp(engine, load_mtp)
     block_size = block_size or engine_memory.default_block_size(engine["platform"], bool(profile.get("mla")),
                                                                 engine.get("version"))
     validate_request(profile, tiers, gpus, gpu_memory_utilization, kv_cache_dtype, block_size,
@@ -693,7 +695,7 @@ def add_nodes_needed(result, up_to, plan_for, hopeless=None):
 
 # Settings read from the engine's further vLLM config (engine_memory.CONFIG_SETTINGS), null where it did not set them.
 ENGINE_CONFIG_SETTINGS = tuple(setting for setting in engine_memory.CONFIG_SETTINGS.values()
-                               if setting != "block_size") + ("num_speculative_tokens",)
+                               if setting != "block_size") + ("num_speculative_tokens", "speculative_method")
 
 
 def engine_summary(engine):

@@ -117,6 +117,10 @@ FUSED_MOE_UNCHUNKED_SINCE = (0, 18, 0)
 # 0.5 - 1.9 GiB estimates (tests/unit/bench/test_kv_corpus.py). A write-up that blames a 0.19 KV shrink on
 # the graph estimate is not evidence that 0.19 deducts it.
 CUDAGRAPH_COUNTED_SINCE = (0, 20, 0)
+# "GPU KV cache size: N tokens" is max_concurrency x max_model_len from this version (v1/core/kv_cache_utils.py
+# 0.21.0, so that sliding-window and hybrid groups count what a request holds); before, num_blocks // groups x the
+# smallest block (0.19.0, 0.20.0: a public 0.20.0 Qwen3.6-35B-A3B log prints 756,096 tokens at 43.42x of 65,536).
+TOKENS_FROM_CONCURRENCY_SINCE = (0, 21, 0)
 # Hopper's block-fp8 experts run on Triton under plain tensor parallelism from this version (first in
 # 0.17.0's fused_moe/oracle/fp8.py _get_priority_backends; 0.15.1 and 0.16.0 take FlashInfer CUTLASS first).
 FP8_BLOCK_TRITON_SINCE = (0, 17, 0)
@@ -139,6 +143,10 @@ FP8_FLASHINFER_DEFAULT_SINCE = (0, 15, 0)
 # vLLM's model runner V2 runs every model from 0.29 (vllm/config/vllm.py use_v2_model_runner; 0.22 - 0.28 ran it
 # for some models only: V2_RUNNER_ARCHITECTURES).
 MODEL_RUNNER_V2_SINCE = (0, 29, 0)
+# ... and only V2 from 0.34 (v1/worker/gpu_model_runner.py is gone); before, the V1 runner serves the drafters V2 does
+# not take (config/vllm.py 0.25.1 and 0.29.0: V2 speculates with eagle, eagle3 and mtp only).
+MODEL_RUNNER_V1_REMOVED_SINCE = (0, 34, 0)
+V1_DRAFTERS = ("ngram", "ngram_gpu", "draft_model", "medusa", "mlp_speculator", "suffix")
 # vLLM gives >= 160 GiB cards (B200, B300) the largest batch defaults from this version on.
 LARGEST_BATCH_TIER_SINCE = (0, 28, 0)
 # The largest batch captured in a CUDA graph by default: min(2 x max_num_seqs, this), 1024 on SM100 (B200 / B300)
@@ -163,6 +171,31 @@ V2_SAMPLER_WARMUP_SINCE = (0, 33, 0)
 EXTENSIBLE_KV_CACHE_SINCE = (0, 34, 0)
 EXTENSIBLE_MARGIN_FLOOR = GIB
 EXTENSIBLE_MARGIN_FRACTION = 0.75
+# Speculative decoding (--speculative-config), read in the wheels 0.19.0, 0.25.1, 0.29.0 and 0.34.0
+# (config/speculative.py, v1/spec_decode/eagle.py and llm_base_proposer.py, v1/worker/gpu_model_runner.py,
+# v1/worker/gpu/spec_decode/, v1/sample/rejection_sampler.py, utils/mem_utils.py). vLLM maps every model-specific
+# MTP method to "mtp": the target checkpoint's own MTP layers draft (num_nextn_predict_layers of them, whatever the
+# speculative tokens), loaded in the same "Model loading took" window and sharing the target's embedding and lm_head.
+MTP_METHOD = "mtp"
+MTP_METHODS = (MTP_METHOD, "deepseek_mtp", "mimo_mtp", "glm4_moe_mtp", "glm4_moe_lite_mtp", "glm_ocr_mtp", "ernie_mtp",
+               "nemotron_h_mtp", "exaone_moe_mtp", "qwen3_next_mtp", "qwen3_5_mtp", "longcat_flash_mtp",
+               "pangu_ultra_moe_mtp", "step3p5_mtp")
+# Drafters that are a head of their own (its config is not read here: one attention layer of the target's shape).
+HEAD_METHODS = ("eagle", "eagle3")
+# Drafters whose forward the profile run includes (use_eagle(), and a draft model): the target's output stays alive
+# through it. n-gram and suffix drafters hold no model on the GPU.
+PROFILED_DRAFTERS = (MTP_METHOD, "draft_model") + HEAD_METHODS
+# EAGLE3 keeps this many of the target's hidden states besides its output (interfaces.py, layers (2, L//2, L-3)).
+EAGLE3_AUX_STATES = 3
+# The V1 runner profiles the rejection sampler (one dummy draft token a request): at its peak, this many bytes per
+# (request x vocab element) plus 3 per byte of the logits' dtype: the drafted logits, the bonus copy, their fp32
+# target logits, its clone, probabilities, q and 1/q (rejection_sampler.py 0.19.0).
+REJECTION_SAMPLER_BYTES = 24
+# The bonus token's sampler runs over the drafted logits (4 bytes an element at bf16) still held.
+REJECTION_HELD_LOGITS_BYTES = 4
+# From this version the worker counts what was allocated between its first snapshot and the profile
+# (mem_utils.memory_profiling total_consumed): the drafter's input buffers. Before, they are in no bucket.
+DRAFTER_BUFFERS_COUNTED_SINCE = (0, 27, 0)
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
 
@@ -224,7 +257,7 @@ def engine_defaults(version, gpu_name, gpu_total_bytes):
         "max_num_batched_tokens": batched,
         "max_num_seqs": seqs,
         "cudagraph_counted": ver >= CUDAGRAPH_COUNTED_SINCE,
-        "tokens_from_concurrency": ver >= (0, 20, 0),
+        "tokens_from_concurrency": ver >= TOKENS_FROM_CONCURRENCY_SINCE,
         "extensible_kv_cache": extensible,
     }
 
@@ -294,7 +327,7 @@ CONFIG_OWNED = {
     "master-addr": "hy3_node_address", "master-port": "hy3_node_group_port", "headless": "hy3_node_group"}
 # Keys (and dotted sub-keys of them) that move the engine's memory in ways the budget does not model: said, not
 # refused. The calibration key carries what the budget does model of a further config, not these.
-CONFIG_NOT_MODELLED = ("speculative-config", "kv-transfer-config", "compilation-config", "cpu-offload-gb",
+CONFIG_NOT_MODELLED = ("kv-transfer-config", "compilation-config", "cpu-offload-gb",
                        "num-gpu-blocks-override", "mm-processor-kwargs", "mm-encoder-tp-mode", "mamba-cache-dtype", "mamba-cache-mode",
                        "mamba-block-size", "use-replayssm", "disable-hybrid-kv-cache-manager", "attention-backend",
                        "data-parallel-size", "hf-overrides")
@@ -311,7 +344,7 @@ def config_settings(config, version=None):
     memory unmodelled are warnings, each naming the key; others pass unsaid."""
     settings, problems, warnings = {}, [], []
     false_honoured = engine_version(version) >= CONFIG_FALSE_HONOURED_SINCE
-    for raw, value in sorted((config or {}).items(), key=lambda item: str(item[0])):
+    for raw, value in sorted(_fold_dotted(config or {}, SPECULATIVE_CONFIG).items(), key=lambda item: str(item[0])):
         key = str(raw).replace("_", "-")
         negated = key.startswith("no-") and (key[3:] in BOOLEAN_CONFIG or key[3:] in CONFIG_OWNED)
         flag = key[3:] if negated else key
@@ -327,19 +360,25 @@ def config_settings(config, version=None):
             if flag == "limit-mm-per-prompt" and parsed and _mm_dummy_options(value):
                 warnings.append("%s: the dummy item's size options are not modelled; the budget profiles the "
                                 "processor's largest item (an overcount)" % raw)
+        elif flag == SPECULATIVE_CONFIG:
+            speculative = _speculative(value)
+            if speculative is None:
+                problems.append("%s: %r is not a speculative config vLLM takes (a mapping with a method or a "
+                                "model, and a positive num_speculative_tokens)" % (raw, value))
+                continue
+            settings.update(speculative)
+            unread = _unread_drafter(speculative["speculative_method"])
+            if unread:
+                warnings.append("%s: %s; the engine's own numbers (calibration) will tell" % (raw, unread))
         elif flag.split(".", 1)[0] in CONFIG_NOT_MODELLED:
-            if flag == SPECULATIVE_CONFIG:
-                settings.update(_speculative_tokens(value))
-            warnings.append("%s changes the engine's memory in ways the budget does not model%s; the engine's own "
-                            "numbers (calibration) will tell"
-                            % (raw, " (it takes the token count for a hybrid model's mamba states and, with "
-                                    "load_mtp, the MTP layers)" if flag == SPECULATIVE_CONFIG else ""))
+            warnings.append("%s changes the engine's memory in ways the budget does not model; the engine's own "
+                            "numbers (calibration) will tell" % raw)
     return settings, problems, warnings
 
 
 # Settings of a further config that move the engine's overhead (not only its KV layout): the calibration key names them.
-OVERHEAD_CONFIG_SETTINGS = ("async_scheduling", "max_cudagraph_capture_size", "num_speculative_tokens", "mm_limits",
-                            "language_model_only", "skip_mm_profiling")
+OVERHEAD_CONFIG_SETTINGS = ("async_scheduling", "max_cudagraph_capture_size", "num_speculative_tokens",
+                            "speculative_method", "mm_limits", "language_model_only", "skip_mm_profiling")
 
 
 def overhead_config_key(settings, profile=None):
@@ -376,16 +415,51 @@ def _config_mapping(value):
     return value if isinstance(value, dict) else None
 
 
-def _speculative_tokens(value):
-    """{num_speculative_tokens: N} of a speculative config (a dict, or the JSON vLLM's command line takes): its count,
-    or 1 when it gives none (an MTP drafter's n_predict, one for the usual single MTP layer); {} when unreadable."""
+def _fold_dotted(config, flag):
+    """config with the fields of the JSON option ``flag`` given as dotted keys (speculative-config.method: mtp, as
+    vLLM's --speculative-config.method mtp) folded into that option's mapping, after any mapping given whole."""
+    folded, fields, whole = {}, {}, None
+    for raw, value in config.items():
+        key = str(raw).replace("_", "-")
+        if key.startswith(flag + "."):
+            fields[str(raw).split(".", 1)[1]] = value
+        elif key == flag:
+            whole = raw
+            folded[raw] = value
+        else:
+            folded[raw] = value
+    if fields:
+        base = _config_mapping(folded.get(whole)) if whole is not None else {}
+        folded[whole if whole is not None else flag] = dict(base or {}, **fields) if base is not None else folded[whole]
+    return folded
+
+
+def _speculative(value):
+    """{num_speculative_tokens, speculative_method} of a speculative config (a dict, or the JSON vLLM's command line
+    takes), the method as vLLM resolves it (config/speculative.py: an MTP alias is "mtp"; no method is n-gram for the
+    "ngram" model, else a draft model); the tokens 1 when none are given (an MTP drafter's n_predict, one for the
+    usual single MTP layer). None when vLLM would not take it."""
     value = _config_mapping(value)
-    if value is None:
-        return {}
-    tokens = value.get("num_speculative_tokens")
-    if tokens is None:
-        return {"num_speculative_tokens": 1}
-    return {"num_speculative_tokens": tokens} if _positive_int(tokens) else {}
+    if value is None or (value.get("method") is None and value.get("model") is None):
+        return None
+    tokens = value.get("num_speculative_tokens", 1)
+    if not _positive_int(tokens):
+        return None
+    method = value.get("method")
+    if method is None:
+        method = "ngram" if value.get("model") in ("ngram", "[ngram]") else "draft_model"
+    method = MTP_METHOD if method in MTP_METHODS else str(method)
+    return {"num_speculative_tokens": tokens, "speculative_method": method}
+
+
+def _unread_drafter(method):
+    """What the budget leaves out of a drafter of this method, or None when it models all of it."""
+    if method in HEAD_METHODS:
+        return ("the %s head's own weights are not counted (its config is not read; its KV is taken as one "
+                "attention layer of the target's shape)" % method)
+    if method == MTP_METHOD or method in ("ngram", "ngram_gpu", "suffix"):
+        return None
+    return "the %s drafter's weights and KV layers are not counted" % method
 
 
 def _mm_limits(value):
@@ -497,10 +571,15 @@ V2_RUNNER_ARCHITECTURES = (
 )
 
 
-def model_runner_v2(version, profile):
+def model_runner_v2(version, profile, drafter=None):
     """Whether the engine runs this model on vLLM's model runner V2: every model from MODEL_RUNNER_V2_SINCE,
-    some from 0.22 (V2_RUNNER_ARCHITECTURES), none before."""
+    some from 0.22 (V2_RUNNER_ARCHITECTURES), none before; a drafter that runner does not take (V1_DRAFTERS, the
+    speculative method) keeps the V1 runner until MODEL_RUNNER_V1_REMOVED_SINCE."""
     ver = engine_version(version)
+    if ver >= MODEL_RUNNER_V1_REMOVED_SINCE:
+        return True
+    if drafter in V1_DRAFTERS:
+        return False
     if ver >= MODEL_RUNNER_V2_SINCE:
         return True
     rules = [(architectures, kind) for since, architectures, kind in V2_RUNNER_ARCHITECTURES if ver >= since]
@@ -527,14 +606,14 @@ def in_flight_tokens(profile, settings, pp=1):
         return tokens
     if settings.get("async_scheduling") is False:
         batches = pp
-    elif model_runner_v2(version, profile):
+    elif model_runner_v2(version, profile, speculative_method(settings)):
         batches = pp + 1
     else:
         batches = 2 if pp <= 1 else pp
     return batches * tokens
 
 
-def sampler_bytes(profile, tokens, rows, version=None, act_bytes=2, tp=1, flashinfer_sampler=None):
+def sampler_bytes(profile, tokens, rows, version=None, act_bytes=2, tp=1, flashinfer_sampler=None, drafter=None):
     """The sampler phase: fp32 logits, probabilities and top-k/top-p buffers over the full vocabulary
     (vocab-parallel logits are gathered on every rank), with the forward's hidden states alive. The
     logits come out in the model's dtype first, so an fp32 model holds 2 more bytes per element.
@@ -542,14 +621,19 @@ def sampler_bytes(profile, tokens, rows, version=None, act_bytes=2, tp=1, flashi
     no probabilities, vllm/v1/worker/gpu/model_runner.py _dummy_sampler_run, 0.29 - 0.32), so its phase
     holds the logits alone, gathered over tp ranks (2 + 1/tp copies while the all-gather runs); from
     V2_SAMPLER_WARMUP_SINCE a second pass with warm-up sampling parameters holds the fp32 pipeline again.
-    flashinfer_sampler: see sorting_sampler."""
+    flashinfer_sampler: see sorting_sampler; drafter: the speculative method (its runner)."""
     hidden_states = tokens * profile["hidden_size"] * act_bytes
-    if model_runner_v2(version, profile) and engine_version(version) < V2_SAMPLER_WARMUP_SINCE:
+    if model_runner_v2(version, profile, drafter) and engine_version(version) < V2_SAMPLER_WARMUP_SINCE:
         copies = 1 if tp <= 1 else 2 + 1.0 / tp
         return int(hidden_states + copies * act_bytes * rows * profile["vocab_size"])
-    sorting = sorting_sampler(version, flashinfer_sampler)
-    per_element = COPIES["sampler_bytes_legacy" if sorting else "sampler_bytes"] + (act_bytes - 2)
+    per_element = sampler_element_bytes(version, act_bytes, flashinfer_sampler)
     return int(hidden_states + per_element * rows * profile["vocab_size"])
+
+
+def sampler_element_bytes(version=None, act_bytes=2, flashinfer_sampler=None):
+    """Bytes per (row x vocab element) the fp32 sampling pipeline holds at its peak (sorting_sampler)."""
+    sorting = sorting_sampler(version, flashinfer_sampler)
+    return COPIES["sampler_bytes_legacy" if sorting else "sampler_bytes"] + (act_bytes - 2)
 
 
 def sorting_sampler(version, flashinfer_sampler=None):
@@ -592,17 +676,17 @@ def _integer(value):
         return None
 
 
-def sampler_state_bytes(profile, max_num_seqs, version=None):
+def sampler_state_bytes(profile, max_num_seqs, version=None, drafter=None):
     """Model runner V2's per-request sampling state, allocated at load and kept (penalties' output_bin_counts
     int32 [seqs, vocab], prompt_bin_mask and the structured-output grammar_bitmask, one bit each: 4.25 bytes
     a (seq x vocab) element; sample/penalties.py and structured_outputs.py, 0.29 - 0.30); 0 on the V1 runner."""
-    if not model_runner_v2(version, profile):
+    if not model_runner_v2(version, profile, drafter):
         return 0
     return int(4.25 * max_num_seqs * profile["vocab_size"])
 
 
 def profile_run_phases(profile, tp, max_num_batched_tokens, max_num_seqs, version=None, act_bytes=2,
-                       sampler=True, flashinfer_sampler=None):
+                       sampler=True, flashinfer_sampler=None, drafter=None):
     """The profile run's two torch peaks above what stays allocated, in bytes: (the forward's, the sampler
     phase's) over max_num_seqs dummy requests; the sampler's is 0 without a sampler.
 
@@ -614,7 +698,66 @@ def profile_run_phases(profile, tp, max_num_batched_tokens, max_num_seqs, versio
     forward = int(COPIES["transient"] * forward_bytes(profile, tp, max_num_batched_tokens, act_bytes))
     if not sampler:
         return forward, 0
-    return forward, sampler_bytes(profile, max_num_batched_tokens, rows, version, act_bytes, tp, flashinfer_sampler)
+    return forward, sampler_bytes(profile, max_num_batched_tokens, rows, version, act_bytes, tp, flashinfer_sampler,
+                                  drafter)
+
+
+def speculative_method(settings):
+    """The drafter's method as vLLM resolves it (config_settings), or None without speculative decoding."""
+    return settings.get("speculative_method") if settings.get("num_speculative_tokens") else None
+
+
+def loads_mtp(settings, load_mtp=False):
+    """Whether the engine loads the checkpoint's MTP layers: it drafts with them, or the budget was told to count them."""
+    return bool(load_mtp) or speculative_method(settings) == MTP_METHOD
+
+
+def draft_kv_layers(profile, settings, load_mtp=False):
+    """Attention layers the drafter adds to the KV cache, in the target's full-attention group (the KV spec walks
+    every attention layer of the forward context): the MTP layers (num_nextn_predict_layers, whatever the speculative
+    tokens), one for an EAGLE head; none for an n-gram or suffix drafter."""
+    if loads_mtp(settings, load_mtp):
+        return profile.get("num_nextn_predict_layers") or 0
+    return 1 if speculative_method(settings) in HEAD_METHODS else 0
+
+
+def drafter_held_bytes(profile, settings, act_bytes=2):
+    """What the profile run's drafter phase holds beyond the target's forward: the target's output (max_num_batched_tokens
+    x hidden; EAGLE3 also its auxiliary hidden states) kept while the drafter runs its forward over as many tokens, and
+    an MTP layer's input, the embedding and the hidden state side by side (gpu_model_runner._dummy_run -> drafter
+    dummy_run, V1 0.19 - 0.29; the V2 speculator's propose(dummy_run=True), 0.25 - 0.34); 0 for drafters the profile
+    does not run."""
+    method = speculative_method(settings)
+    if method not in PROFILED_DRAFTERS:
+        return 0
+    states = 1 + (EAGLE3_AUX_STATES if method == "eagle3" else 0) + (2 if method == MTP_METHOD else 0)
+    return states * settings["max_num_batched_tokens"] * profile["hidden_size"] * act_bytes
+
+
+def rejection_sampler_bytes(profile, tokens, rows, settings, act_bytes=2):
+    """The V1 runner's dummy rejection-sampler pass (every speculative method; one draft token a request): the
+    forward's hidden states with the larger of its fp32 pipeline (REJECTION_SAMPLER_BYTES + 3 x the logits' bytes an
+    element) and the bonus token's sampler over the drafted logits (gpu_model_runner._dummy_sampler_run,
+    rejection_sampler.py, 0.19 - 0.29). 0 on model runner V2, whose profile runs no rejection sampler."""
+    method, version = speculative_method(settings), settings.get("version")
+    if method is None or model_runner_v2(version, profile, method):
+        return 0
+    bonus = REJECTION_HELD_LOGITS_BYTES + sampler_element_bytes(version, act_bytes, settings.get("flashinfer_sampler"))
+    per_element = max(3 * act_bytes + REJECTION_SAMPLER_BYTES, bonus)
+    return int(tokens * profile["hidden_size"] * act_bytes + per_element * rows * profile["vocab_size"])
+
+
+def drafter_buffer_bytes(profile, settings, act_bytes=2):
+    """The drafter's input buffers, allocated with the model runner over max_num_batched_tokens rows and counted
+    against the KV cache from DRAFTER_BUFFERS_COUNTED_SINCE: on the V1 runner ids, positions, slot mapping and a
+    range (24 bytes a row) and the hidden states and input embeddings (SpecDecodeBaseProposer.__init__); on V2 13
+    bytes a row and the hidden states (the speculator's __init__)."""
+    method, version = speculative_method(settings), settings.get("version")
+    if method not in PROFILED_DRAFTERS or engine_version(version) < DRAFTER_BUFFERS_COUNTED_SINCE:
+        return 0
+    hidden = profile["hidden_size"] * act_bytes
+    per_row = 13 + hidden if model_runner_v2(version, profile, method) else 24 + 2 * hidden
+    return settings["max_num_batched_tokens"] * per_row
 
 
 def moe_workspace_parts(profile, tp, settings, act_bytes=2):
@@ -923,11 +1066,12 @@ def tensor_parallel_bytes(tp, version, gpu_name=None, nvlink=None):
     return int(COPIES[term]) if term else 0
 
 
-def cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens, max_capture_size=None, default_cap=None):
+def cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens, max_capture_size=None, default_cap=None,
+                            decode_query_len=1):
     """vLLM's default capture sizes: 1, 2, 4, every 8 up to 256, every 16 beyond, up to
-    min(max_num_batched_tokens, 2 x max_num_seqs, 512 (default_cap)), or up to the engine's
-    max_cudagraph_capture_size where it is set (vllm/config/vllm.py _set_cudagraph_sizes)."""
-    cap = max_capture_size or min(2 * max_num_seqs, default_cap or MAX_CUDAGRAPH_CAPTURE_SIZE)
+    min(max_num_batched_tokens, 2 x max_num_seqs x decode_query_len (1 + the speculative tokens), 512 (default_cap)),
+    or up to the engine's max_cudagraph_capture_size where it is set (vllm/config/vllm.py _set_cudagraph_sizes)."""
+    cap = max_capture_size or min(2 * max_num_seqs * decode_query_len, default_cap or MAX_CUDAGRAPH_CAPTURE_SIZE)
     largest = min(max_num_batched_tokens, cap)
     sizes = [s for s in (1, 2, 4) if s <= largest]
     sizes += list(range(8, min(256, largest) + 1, 8))
@@ -956,10 +1100,14 @@ def decode_capture_grid(max_requests):
     return _walk_grid(max_requests, lambda n: 0.65 * n ** (2.0 / 3))
 
 
-def cudagraph_count(settings):
-    """(graphs, prefill capture sizes) vLLM captures by default: one piecewise graph per capture size, and a
-    full graph for each decode size up to max_num_seqs (FULL_AND_PIECEWISE); on SM100 from
-    WIDE_CAPTURE_GRIDS_SINCE the prefill and decode grids of their own, unless the run caps the sizes."""
+def cudagraph_count(settings, profile=None):
+    """(graphs, prefill capture sizes) vLLM captures by default for the target model: one piecewise graph per capture
+    size, and a full graph for each decode size up to max_num_seqs (FULL_AND_PIECEWISE); on SM100 from
+    WIDE_CAPTURE_GRIDS_SINCE the prefill and decode grids of their own, unless the run caps the sizes.
+    With speculative decoding a decode step carries 1 + k tokens: the V1 runner rounds every size up to a multiple of
+    it (within the largest; CompilationConfig.adjust_cudagraph_sizes_for_spec_decode) and captures full graphs from
+    1 + k to (1 + k) x max_num_seqs tokens; V2 rounds the full graphs' sizes alone (cudagraph_utils.py 0.25 - 0.29).
+    profile: the model, which decides the runner (model_runner_v2); None: taken as the V1 runner's."""
     ver = engine_version(settings.get("version"))
     sm100 = (gpu_capability(settings.get("gpu_name")) or (0, 0))[0] == 10
     seqs, tokens = settings["max_num_seqs"], settings["max_num_batched_tokens"]
@@ -967,19 +1115,44 @@ def cudagraph_count(settings):
         prefill = prefill_capture_grid(min(PREFILL_GRID_TOKENS, tokens))
         return len(prefill) + len(decode_capture_grid(seqs)), prefill
     default_cap = MAX_CUDAGRAPH_CAPTURE_SIZE_SM100 if sm100 and ver >= SM100_CAPTURE_SIZE_SINCE else None
-    sizes = cudagraph_capture_sizes(seqs, tokens, settings.get("max_cudagraph_capture_size"), default_cap)
-    return len(sizes) + len([s for s in sizes if s <= seqs]), sizes
+    method = speculative_method(settings)
+    step = 1 + (settings["num_speculative_tokens"] if method else 0)
+    sizes = cudagraph_capture_sizes(seqs, tokens, settings.get("max_cudagraph_capture_size"), default_cap, step)
+    v2 = profile is not None and model_runner_v2(settings.get("version"), profile, method)
+    if step > 1 and not v2:
+        sizes = sorted({_round_up(size, step) for size in sizes if _round_up(size, step) <= sizes[-1]}) or [step]
+        full = [size for size in sizes if step <= size <= step * seqs]
+    else:
+        full = sorted({min(_round_up(size, step), step * seqs) for size in sizes if size <= step * seqs})
+    return len(sizes) + len(full), sizes
+
+
+def drafter_graph_count(settings, profile=None):
+    """Graphs the drafter captures, each over its own layers: on the V1 runner a piecewise graph per capture size
+    (v1/spec_decode/eagle.py, captured with the target's); on V2 the target's set again (its prefill manager) and,
+    for two or more speculative tokens, a full one-token graph per decode size up to max_num_seqs (its decode
+    manager, autoregressive/speculator.py 0.25 - 0.34). 0 for drafters that are not a model."""
+    method = speculative_method(settings)
+    if method not in PROFILED_DRAFTERS:
+        return 0
+    graphs, sizes = cudagraph_count(settings, profile)
+    if profile is None or not model_runner_v2(settings.get("version"), profile, method):
+        return len(sizes)
+    decode = len([size for size in sizes if size <= settings["max_num_seqs"]]) if settings["num_speculative_tokens"] > 1 else 0
+    return graphs + decode
 
 
 def cudagraph_bytes(profile, tp, settings, act_bytes=2):
     """vLLM's CUDA-graph estimate (gpu_model_runner.profile_cudagraph_memory): the first capture at
     the largest size costs about one forward's activations at that size; every graph then keeps
-    per-layer pieces, so the total grows with graphs x layers."""
-    graphs, sizes = cudagraph_count(settings)
+    per-layer pieces, so the total grows with graphs x layers (the drafter's graphs x its layers)."""
+    graphs, sizes = cudagraph_count(settings, profile)
     if not graphs:
         return 0
     first = forward_bytes(profile, tp, sizes[-1], act_bytes)
-    return int(first + COPIES["graph_per_layer"] * graphs * profile["num_hidden_layers"])
+    layer_graphs = graphs * profile["num_hidden_layers"]
+    layer_graphs += drafter_graph_count(settings, profile) * draft_kv_layers(profile, settings)
+    return int(first + COPIES["graph_per_layer"] * layer_graphs)
 
 
 # The multimodal encoder's profile run (vLLM's GPU model runner profile_run, the same in 0.19 - 0.29): one dummy batch
@@ -1055,7 +1228,7 @@ def _encoder_run(profile, settings):
     ENCODER_V2_PROFILED_SINCE (V2 True). Without a max_model_len the model's own is taken."""
     settings = dict(settings, max_model_len=settings.get("max_model_len") or profile["max_position_embeddings"])
     batch = encoder_dummy_batch(profile.get("vision"), settings)
-    v2 = batch is not None and model_runner_v2(settings.get("version"), profile)
+    v2 = batch is not None and model_runner_v2(settings.get("version"), profile, speculative_method(settings))
     if v2 and engine_version(settings.get("version")) < ENCODER_V2_PROFILED_SINCE:
         batch = None
     return batch, v2
@@ -1092,6 +1265,13 @@ def encoder_unprofiled(profile, settings):
             % settings.get("version"))
 
 
+def _profile_peak(forward, sampler, kept, per_call):
+    """(the profile run's torch peak, the expert kernels' share beyond it): the per-call expert buffers raise the peak
+    only by what the forward with them outgrows the sampler phase."""
+    peak = max(forward, sampler)
+    return peak, kept + max(0, forward + per_call - peak)
+
+
 def overhead(profile, tp, settings):
     """Every per-rank term between the weights and the KV cache, in bytes, each on its own line.
 
@@ -1104,16 +1284,25 @@ def overhead(profile, tp, settings):
     if not settings.get("enforce_eager") and settings.get("cudagraph_counted"):
         graphs = cudagraph_bytes(profile, tp, settings, act)
     last_stage = settings.get("last_pp_stage", True)
-    forward, sampler = profile_run_phases(profile, tp, settings["max_num_batched_tokens"], settings["max_num_seqs"],
-                                          settings.get("version"), act, last_stage, settings.get("flashinfer_sampler"))
-    peak = max(forward, sampler)
+    drafter = speculative_method(settings)
+    tokens, seqs = settings["max_num_batched_tokens"], settings["max_num_seqs"]
+    forward, sampler = profile_run_phases(profile, tp, tokens, seqs, settings.get("version"), act, last_stage,
+                                          settings.get("flashinfer_sampler"), drafter)
     kept, per_call = moe_workspace_parts(profile, tp, settings, act)
-    # the per-call buffers raise the peak only by what the forward with them outgrows the sampler phase
-    experts = kept + max(0, forward + per_call - peak)
+    peak, experts = _profile_peak(forward, sampler, kept, per_call)
+    # speculative decoding: the drafter's phase (the target's output held through its forward, on the last stage,
+    # where the drafter lives) and the rejection sampler's raise the peak; its buffers are counted from 0.27
+    speculative = 0
+    if drafter and last_stage:
+        rejection = rejection_sampler_bytes(profile, tokens, min(seqs, tokens), settings, act)
+        held = drafter_held_bytes(profile, settings, act)
+        speculative = sum(_profile_peak(forward + held, max(sampler, rejection), kept, per_call)) - peak - experts
+        speculative += drafter_buffer_bytes(profile, settings, act)
     lines = {
         "activation_peak": peak,
-        "sampler_state": sampler_state_bytes(profile, settings["max_num_seqs"], settings.get("version")) if last_stage else 0,
+        "sampler_state": sampler_state_bytes(profile, seqs, settings.get("version"), drafter) if last_stage else 0,
         "moe_workspace": experts,
+        "speculative": speculative,
         "encoder_profile": encoder_profile_bytes(profile, tp, settings, peak + experts, act),
         "non_torch": non_torch_bytes(profile, tp, settings),
         "cudagraph": graphs,

@@ -170,13 +170,18 @@ options:
         C(tensor-parallel-size) and the like) and the serve role's (C(served-model-name), C(host), C(port), the node
         group's), in either form of a flag - fail with V(bad_input) naming the option or variable to set, so the
         engine and its budget cannot disagree; keys that change memory in ways the budget does not model (such as
-        C(speculative-config), C(kv-transfer-config), C(compilation-config), C(cpu-offload-gb), C(attention-backend))
-        are warnings. Of C(speculative-config) the budget takes C(num_speculative_tokens) (1 when it gives none),
-        which give a hybrid model's mamba layers a conv row and a state more each; the drafter's own layers count
-        with O(load_mtp).
+        C(kv-transfer-config), C(compilation-config), C(cpu-offload-gb), C(attention-backend)) are warnings.
+      - C(speculative-config) (a mapping, its JSON text, or dotted keys such as C(speculative-config.method)) is
+        modelled - its method as vLLM resolves it (every MTP alias is V(mtp)) and C(num_speculative_tokens) (1 when
+        it gives none). With V(mtp) the engine loads the checkpoint's MTP layers (as O(load_mtp)) and a tier whose
+        checkpoint holds none is not offered (C(status=no_mtp_layer) in RV(skipped_tiers)); a model without MTP
+        layers fails with V(bad_input). The drafter's KV layers join the cache (the MTP layers, one for an EAGLE
+        head), its forward and the rejection sampler enter the profile run (budget line C(speculative)), decode
+        graphs carry 1 + k tokens, and a hybrid model's mamba layers keep k states more. An EAGLE head's or a draft
+        model's own weights are not read (a warning says so).
       - Values are read as O(engine_version) reads them - a flag set to false is dropped by engines before v0.28.0,
         which keep their default. The settings that move the overhead (capture cap, async scheduling, speculative
-        tokens) are part of the calibration key.
+        method and tokens) are part of the calibration key.
     type: dict
     default: {}
   kv_cache_memory_bytes:
@@ -240,7 +245,9 @@ options:
     type: int
     default: 1024
   load_mtp:
-    description: Count the MTP layer's weights (serving with MTP speculative decoding).
+    description:
+      - Count the MTP layers' weights and KV as if the engine loaded them. A C(speculative-config) of method V(mtp)
+        in O(engine_config) implies it.
     type: bool
     default: false
   fail_when_cannot_hold:
@@ -360,8 +367,8 @@ engine:
     flashinfer_sampler (whether the profile run samples with FlashInfer; null for engines before v0.11 whose
     FlashInfer install is not known),
     cudagraph_counted, kv_cache_memory_bytes, runtime_overhead_gib, model_id, and what O(engine_config) set of
-    enable_prefix_caching, mamba_ssm_cache_dtype, max_cudagraph_capture_size, async_scheduling and
-    num_speculative_tokens (null where unset).
+    enable_prefix_caching, mamba_ssm_cache_dtype, max_cudagraph_capture_size, async_scheduling,
+    num_speculative_tokens and speculative_method (null where unset).
   returned: always
   type: dict
 calibration_fields:
@@ -371,8 +378,9 @@ calibration_fields:
 budget_gib:
   description:
     - Budget lines per GPU in GiB - free, engine_request (ceil(total x utilization)), weights_nominal,
-      weights_measured, weights, activation_peak, sampler_state, moe_workspace, encoder_profile (what a multimodal
-      model's vision tower adds to the profile run's peak), non_torch, cudagraph, overhead (their sum, or
+      weights_measured, weights, activation_peak, sampler_state, moe_workspace, speculative (what a speculative
+      drafter adds - its phase of the profile run, the rejection sampler's, and its input buffers where the engine
+      counts them), encoder_profile (what a multimodal model's vision tower adds to the profile run's peak), non_torch, cudagraph, overhead (their sum, or
       the calibrated or overridden amount), warmup_margin (what vLLM 0.34's extensible KV cache keeps free beyond
       them, 0 where the requested budget binds first), kv_available, kv_one_request, kv_needed, headroom.
     - Also overhead_source (V(model), V(calibrated), V(override), V(explicit_kv)), calibrated_by (host and time
@@ -395,7 +403,8 @@ ladder:
   type: list
   elements: dict
 skipped_tiers:
-  description: Tiers not considered, with the reason (weight files missing).
+  description: Tiers not considered, with quantization, status (V(absent), or V(no_mtp_layer) when the engine drafts
+    with MTP layers the checkpoint lacks) and reason.
   returned: always
   type: list
   elements: dict
@@ -479,6 +488,7 @@ ARGUMENT_SPEC = dict(
 
 NO_CHECKPOINT = "no_checkpoint"
 BAD_INPUT = "bad_input"
+NO_MTP_LAYER = "no_mtp_layer"     # a whole checkpoint the engine's MTP drafter cannot use: the tier is not offered
 
 
 def engine_settings(params, from_config):
@@ -514,8 +524,9 @@ def gpu_memory(device):
     return {"index": device.get("index"), "total": device.get("memory_total"), "free": free}
 
 
-def inspect_tiers(tiers, tp, overrides, load_mtp):
-    """What each tier's directory holds; tiers[] as budget.plan takes them, and the reports."""
+def inspect_tiers(tiers, tp, overrides, load_mtp, mtp_drafts=False):
+    """What each tier's directory holds; tiers[] as budget.plan takes them, and the reports. mtp_drafts: the engine
+    drafts with the MTP layers (speculative-config), so a checkpoint without them cannot serve (not offered)."""
     inspected, planned = [], []
     for tier in tiers:
         found = dict(inspect_weights(tier["weights_dir"], tp, overrides), quantization=tier["name"])
@@ -527,9 +538,13 @@ def inspect_tiers(tiers, tp, overrides, load_mtp):
         if per_rank is not None and load_mtp:
             per_rank += found["mtp_bytes_per_rank"]
         inspected.append(found)
-        planned.append(dict(tier, present=found["status"] != checkpoint.ABSENT, status=found["status"],
-                            reason=found["reason"], profile=found["profile"], bits=found["bits"],
-                            measured_bytes=found["measured_bytes"], weight_bytes_per_rank=per_rank))
+        usable = dict(present=found["status"] != checkpoint.ABSENT, status=found["status"], reason=found["reason"])
+        if mtp_drafts and found["status"] == checkpoint.OK and not found["mtp_bytes"]:
+            usable = dict(present=False, status=NO_MTP_LAYER,
+                          reason="%s holds no MTP layer, which speculative-config method mtp drafts with"
+                                 % found["path"])
+        planned.append(dict(tier, profile=found["profile"], bits=found["bits"], measured_bytes=found["measured_bytes"],
+                            weight_bytes_per_rank=per_rank, **usable))
     return inspected, planned
 
 
@@ -590,7 +605,9 @@ def main():
     for warning in warnings:
         module.warn("engine_budget: engine_config: %s" % warning)
     tp = params["tensor_parallel_size"] or max(len(gpus) // max(params["pipeline_parallel_size"], 1), 1)
-    inspected, tiers = inspect_tiers(params["tiers"], tp, params["model_config"], params["load_mtp"])
+    mtp_drafts = engine_memory.speculative_method(from_config) == engine_memory.MTP_METHOD
+    inspected, tiers = inspect_tiers(params["tiers"], tp, params["model_config"],
+                                     engine_memory.loads_mtp(from_config, params["load_mtp"]), mtp_drafts)
     overridden = [f for f in inspected if f["problem"] == "bad_override"]
     if overridden:
         module.fail_json(msg="engine_budget: model_config: %s" % overridden[0]["reason"], status=BAD_INPUT,
@@ -604,6 +621,11 @@ def main():
         module.fail_json(msg="engine_budget: no tier's weights_dir holds a readable checkpoint: %s"
                              % "; ".join("%s: %s" % (f["quantization"], f["reason"]) for f in inspected),
                          status=NO_CHECKPOINT, weight_dirs=inspected)
+    if mtp_drafts and not profile.get("num_nextn_predict_layers"):
+        module.fail_json(msg="engine_budget: engine_config: speculative-config method mtp, but the model has no MTP "
+                             "layer (config.json num_nextn_predict_layers is 0): vLLM refuses it; draft another way "
+                             "or leave speculative-config out", status=BAD_INPUT, weight_dirs=inspected,
+                         model_profile=profile)
     try:
         result = plan_around_damage(module, profile, tiers, inspected, from_config)
     except budget.BudgetInputError as err:

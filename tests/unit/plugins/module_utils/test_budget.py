@@ -735,13 +735,24 @@ def test_further_engine_config_is_read_the_way_vllm_reads_it():
                         "no-enable-prefix-caching: 'yes' is not a value vLLM takes there"]
 
 
-def test_speculative_config_gives_its_token_count_and_is_said():
-    for value in ({"method": "qwen3_next_mtp", "num_speculative_tokens": 2},
-                  '{"method": "qwen3_next_mtp", "num_speculative_tokens": 2}'):
-        settings, problems, warnings = engine_memory.config_settings({"speculative-config": value})
-        assert settings == {"num_speculative_tokens": 2} and problems == []
-        assert "the token count for a hybrid model's mamba states" in warnings[0]
-    assert engine_memory.config_settings({"speculative-config": "not json"})[0] == {}
+def test_speculative_config_gives_its_method_as_vllm_resolves_it_and_its_token_count():
+    mtp = {"num_speculative_tokens": 2, "speculative_method": "mtp"}
+    for config in ({"speculative-config": {"method": "qwen3_next_mtp", "num_speculative_tokens": 2}},
+                   {"speculative_config": '{"method": "qwen3_next_mtp", "num_speculative_tokens": 2}'},
+                   {"speculative-config.method": "mtp", "speculative-config.num_speculative_tokens": 2},
+                   {"speculative-config": {"method": "mtp"}, "speculative_config.num_speculative_tokens": 2}):
+        assert engine_memory.config_settings(config) == (mtp, [], []), config
+    assert engine_memory.config_settings({"speculative-config": {"model": "[ngram]", "num_speculative_tokens": 4}}
+                                         )[0] == {"num_speculative_tokens": 4, "speculative_method": "ngram"}
+    settings, problems, warnings = engine_memory.config_settings({"speculative-config": {"model": "/srv/draft"}})
+    assert settings == {"num_speculative_tokens": 1, "speculative_method": "draft_model"} and problems == []
+    assert warnings == ["speculative-config: the draft_model drafter's weights and KV layers are not counted; the "
+                        "engine's own numbers (calibration) will tell"]
+    assert "eagle3 head's own weights" in engine_memory.config_settings(
+        {"speculative-config": {"method": "eagle3", "model": "h", "num_speculative_tokens": 3}})[2][0]
+    for bad in ("not json", {"num_speculative_tokens": 2}, {"method": "mtp", "num_speculative_tokens": 0}):
+        settings, problems, _warnings = engine_memory.config_settings({"speculative-config": bad})
+        assert settings == {} and problems[0].startswith("speculative-config: "), bad
 
 
 @pytest.mark.parametrize("config, version, settings", [
@@ -751,7 +762,8 @@ def test_speculative_config_gives_its_token_count_and_is_said():
     ({"no-async-scheduling": False}, "0.29.0", {}),                       # never acted on
     ({"max-cudagraph-capture-size": "64", "mamba_ssm_cache_dtype": "bfloat16"}, "0.29.0",
      {"max_cudagraph_capture_size": 64, "mamba_ssm_cache_dtype": "bfloat16"}),
-    ({"speculative-config": {"method": "mtp"}}, "0.29.0", {"num_speculative_tokens": 1}),   # the drafter's n_predict
+    ({"speculative-config": {"method": "mtp"}}, "0.29.0",
+     {"num_speculative_tokens": 1, "speculative_method": "mtp"}),      # the drafter's n_predict
 ])
 def test_further_config_values_as_the_engine_version_takes_them(config, version, settings):
     assert engine_memory.config_settings(config, version)[0] == settings

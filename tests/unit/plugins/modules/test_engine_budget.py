@@ -228,7 +228,37 @@ def test_further_engine_config_reaches_the_budget(tmp_path, monkeypatch):
     assert capped.result["engine"]["max_cudagraph_capture_size"] == 8 and capped.result["engine"]["async_scheduling"] is False
     assert capped.result["budget_bytes"]["cudagraph"] < plain["budget_bytes"]["cudagraph"]    # 4 sizes, not 11
     assert capped.result["budget_bytes"]["kv_block_size"] == 32
-    assert any("speculative-config changes the engine's memory" in w for w in said)
+    assert capped.result["engine"]["speculative_method"] == "mtp" and not any("speculative" in w for w in said)
+
+
+def test_mtp_speculation_loads_the_mtp_layers_and_skips_a_checkpoint_without_them(tmp_path):
+    """speculative-config method mtp: the MTP layer's bytes and KV layer count as with load_mtp, the drafter's phase
+    is a budget line, and a tier whose shards hold no MTP layer is not offered (the engine could not draft)."""
+    bf16 = sample_checkpoints.write(tmp_path / "bf16")
+    tiers = [{"name": "bf16", "weights_dir": bf16}]
+    plain = run_module(engine_budget.main, args(tiers, engine_version="0.29.0")).result
+    found = plain["weight_dirs"][0]
+    mtp = {"speculative-config": {"method": "deepseek_mtp", "num_speculative_tokens": 2}}
+    drafting = run_module(engine_budget.main, args(tiers, engine_version="0.29.0", engine_config=mtp)).result
+    assert drafting["budget_bytes"]["weights_measured"] == found["weight_bytes_per_rank"] + found["mtp_bytes_per_rank"]
+    assert drafting["budget_bytes"]["kv_bytes_per_token"] > plain["budget_bytes"]["kv_bytes_per_token"]
+    assert drafting["budget_bytes"]["speculative"] > 0 == plain["budget_bytes"]["speculative"]
+    assert drafting["budget_bytes"]["cudagraph"] > plain["budget_bytes"]["cudagraph"]
+    assert drafting["engine"]["num_speculative_tokens"] == 2 and drafting["calibration_fields"]["engine_config"] == (
+        "num_speculative_tokens=2,speculative_method=mtp")
+    fp8 = sample_checkpoints.write(tmp_path / "fp8", "fp8")
+    int4 = sample_checkpoints.write(tmp_path / "int4", "int4")              # written without its MTP layer
+    both = [{"name": "fp8", "weights_dir": fp8}, {"name": "int4", "weights_dir": int4}]
+    r = run_module(engine_budget.main, args(both, engine_config=mtp)).result
+    assert r["quantization"] == "fp8" and [(t["quantization"], t["status"]) for t in r["skipped_tiers"]] == [
+        ("int4", "no_mtp_layer")]
+    alone = run_module(engine_budget.main, args(both[1:], engine_config=mtp))
+    assert alone.failed and alone.result["status"] == "bad_input" and "holds no MTP layer" in alone.result["msg"]
+    assert not run_module(engine_budget.main, args(both[1:])).failed          # drafting another way, it serves
+    no_mtp_config = dict(sample_checkpoints.TINY_HY3, num_nextn_predict_layers=0)
+    plain_model = sample_checkpoints.write(tmp_path / "no-mtp", config=no_mtp_config)
+    out = run_module(engine_budget.main, args([{"name": "bf16", "weights_dir": plain_model}], engine_config=mtp))
+    assert out.failed and out.result["status"] == "bad_input" and "num_nextn_predict_layers is 0" in out.result["msg"]
 
 
 def test_a_multimodal_checkpoint_budgets_its_vision_tower(tmp_path, monkeypatch):
