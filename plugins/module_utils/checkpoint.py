@@ -164,9 +164,18 @@ def _check_index(directory, weight_map, total_size, tensors):
 
 # --- what the headers say -----------------------------------------------------------------------
 
+# Where checkpoints keep their next-token-prediction (MTP) layers besides DeepSeek-V3's layers numbered after the
+# model's own (Hy3, GLM-4.5, MiniMax): Qwen3-Next / Qwen3.5 under mtp., MiMo under model.mtp_layers.
+MTP_MODULE_PREFIXES = ("mtp.", "model.mtp_layers.")
+# An MTP layer's own copies of the embedding and the LM head (DeepSeek-V3 ships them): vLLM frees them and shares
+# the target's (llm_base_proposer "Sharing target model embedding / lm_head weights", single-stage engines).
+MTP_SHARED_COPIES = re.compile(r"(embed_tokens|shared_head\.head)\.weight$")
+
+
 def mtp_prefixes(num_hidden_layers, count=8):
-    """Name prefixes of next-token-prediction layers: numbered after the model's own (DeepSeek-V3 layout)."""
-    return tuple("model.layers.%d." % n for n in range(num_hidden_layers, num_hidden_layers + count))
+    """Name prefixes of next-token-prediction layers: numbered after the model's own (DeepSeek-V3 layout), or in a
+    module of their own (MTP_MODULE_PREFIXES)."""
+    return tuple("model.layers.%d." % n for n in range(num_hidden_layers, num_hidden_layers + count)) + MTP_MODULE_PREFIXES
 
 
 def _name_tail(name):
@@ -219,14 +228,17 @@ def summarize(tensors, num_hidden_layers, tp=1, kv_heads=None, packed_bits=4):
     params / params_mtp: parameters (quantization side tensors left out, packed int words unpacked);
     data_bytes / mtp_bytes; bytes_by_dtype; weight_bytes_per_rank / mtp_bytes_per_rank for tp ranks;
     weight_dtype (dtype of most linear-weight bytes, "packed" for GPTQ/AWQ) and its nominal bits.
-    MTP tensors are those of layers numbered from num_hidden_layers on (DeepSeek-V3 layout).
+    MTP tensors are those of layers numbered from num_hidden_layers on (DeepSeek-V3 layout) or under an MTP module
+    (mtp_prefixes); their copies of the embedding and LM head are left out (vLLM shares the target's).
     """
     kinds, mtp_names = _Kinds(), mtp_prefixes(num_hidden_layers)
     # Tensors of one kind and size repeat thousands of times (experts): count them, then price each group once.
     groups = {}
     for name, (_shard, dtype, shape, nbytes) in tensors.items():
-        key = (_name_tail(name), dtype, nbytes, math.prod(shape), shape[0] if shape else None, len(shape) >= 2,
-               name.startswith(mtp_names))
+        in_mtp = name.startswith(mtp_names)
+        if in_mtp and MTP_SHARED_COPIES.search(name):
+            continue            # freed at load: the drafter uses the target's
+        key = (_name_tail(name), dtype, nbytes, math.prod(shape), shape[0] if shape else None, len(shape) >= 2, in_mtp)
         groups[key] = groups.get(key, 0) + 1
     main, mtp = dict(params=0, bytes=0, per_rank=0), dict(params=0, bytes=0, per_rank=0)
     by_dtype, linear_bytes = {}, {}

@@ -144,9 +144,19 @@ FP8_FLASHINFER_DEFAULT_SINCE = (0, 15, 0)
 # for some models only: V2_RUNNER_ARCHITECTURES).
 MODEL_RUNNER_V2_SINCE = (0, 29, 0)
 # ... and only V2 from 0.34 (v1/worker/gpu_model_runner.py is gone); before, the V1 runner serves the drafters V2 does
-# not take (config/vllm.py 0.25.1 and 0.29.0: V2 speculates with eagle, eagle3 and mtp only).
+# not take, each until the version V2 took it (config/vllm.py: 0.25.1 - 0.29.0 V2 speculates with eagle, eagle3, mtp,
+# dflash, dspark and extract_hidden_states; draft_model from 0.31, n-gram from 0.32, medusa and mlp_speculator from
+# 0.33; suffix and custom classes stay on V1).
 MODEL_RUNNER_V1_REMOVED_SINCE = (0, 34, 0)
-V1_DRAFTERS = ("ngram", "ngram_gpu", "draft_model", "medusa", "mlp_speculator", "suffix")
+V1_DRAFTERS_UNTIL = {"draft_model": (0, 31, 0), "ngram": (0, 32, 0), "ngram_gpu": (0, 32, 0), "medusa": (0, 33, 0),
+                     "mlp_speculator": (0, 33, 0), "suffix": MODEL_RUNNER_V1_REMOVED_SINCE,
+                     "custom_class": MODEL_RUNNER_V1_REMOVED_SINCE}
+# Model runner V2's CUDA-graph estimate is 0 before this version (gpu/model_runner.py profile_cudagraph_memory,
+# 0.22 - 0.28: "TBD"), so its graphs are not counted before the KV cache; from it the real capture is measured.
+V2_CUDAGRAPH_ESTIMATED_SINCE = (0, 29, 0)
+# From this version a speculative engine's default capture sizes add the decode batches of 1 + k tokens a request
+# (n x (1 + k) for n on the request grid, within the cap; config/vllm.py _set_cudagraph_sizes, 0.29.0).
+DECODE_SIZES_APPENDED_SINCE = (0, 29, 0)
 # vLLM gives >= 160 GiB cards (B200, B300) the largest batch defaults from this version on.
 LARGEST_BATCH_TIER_SINCE = (0, 28, 0)
 # The largest batch captured in a CUDA graph by default: min(2 x max_num_seqs, this), 1024 on SM100 (B200 / B300)
@@ -182,9 +192,17 @@ MTP_METHODS = (MTP_METHOD, "deepseek_mtp", "mimo_mtp", "glm4_moe_mtp", "glm4_moe
                "pangu_ultra_moe_mtp", "step3p5_mtp")
 # Drafters that are a head of their own (its config is not read here: one attention layer of the target's shape).
 HEAD_METHODS = ("eagle", "eagle3")
-# Drafters whose forward the profile run includes (use_eagle(), and a draft model): the target's output stays alive
-# through it. n-gram and suffix drafters hold no model on the GPU.
-PROFILED_DRAFTERS = (MTP_METHOD, "draft_model") + HEAD_METHODS
+# Drafters whose forward the profile run includes (use_eagle(), dflash and dspark from 0.25, and a draft model): the
+# target's output stays alive through it. n-gram and suffix drafters hold no model on the GPU.
+PROFILED_DRAFTERS = (MTP_METHOD, "draft_model", "dflash", "dspark") + HEAD_METHODS
+# Every method vLLM takes (config/speculative.py SpeculativeMethod, 0.19 - 0.34), after the MTP aliases became mtp.
+SPECULATIVE_METHODS = PROFILED_DRAFTERS + ("ngram", "ngram_gpu", "suffix", "medusa", "mlp_speculator",
+                                           "extract_hidden_states", "custom_class")
+# A draft model's name tells vLLM its method unless given as one of these (yuhuili/EAGLE3-LLaMA3.1-Instruct-8B is
+# eagle3): the first fragment found in the lower-cased name wins.
+METHOD_BY_DRAFT_NAME = (("eagle-", "eagle"), ("eagle3", "eagle3"), ("dflash", "dflash"), ("dspark", "dspark"))
+# suffix decoding drafts up to its tree depth when the config gives no count.
+SUFFIX_DEFAULT_TOKENS = 24
 # EAGLE3 keeps this many of the target's hidden states besides its output (interfaces.py, layers (2, L//2, L-3)).
 EAGLE3_AUX_STATES = 3
 # The V1 runner profiles the rejection sampler (one dummy draft token a request): at its peak, this many bytes per
@@ -330,7 +348,7 @@ CONFIG_OWNED = {
 CONFIG_NOT_MODELLED = ("kv-transfer-config", "compilation-config", "cpu-offload-gb",
                        "num-gpu-blocks-override", "mm-processor-kwargs", "mm-encoder-tp-mode", "mamba-cache-dtype", "mamba-cache-mode",
                        "mamba-block-size", "use-replayssm", "disable-hybrid-kv-cache-manager", "attention-backend",
-                       "data-parallel-size", "hf-overrides")
+                       "data-parallel-size", "hf-overrides", "enable-lora", "lora-modules", "max-loras", "max-lora-rank")
 SPECULATIVE_CONFIG = "speculative-config"
 # vLLM's config-file reader drops a flag set to false before 0.28 (the engine keeps its default); from 0.28 it passes
 # the flag's --no- form (vllm/utils/argparse_utils.py FlexibleArgumentParser, read in 0.27.0 and 0.28.0).
@@ -344,7 +362,10 @@ def config_settings(config, version=None):
     memory unmodelled are warnings, each naming the key; others pass unsaid."""
     settings, problems, warnings = {}, [], []
     false_honoured = engine_version(version) >= CONFIG_FALSE_HONOURED_SINCE
-    for raw, value in sorted(_fold_dotted(config or {}, SPECULATIVE_CONFIG).items(), key=lambda item: str(item[0])):
+    folded = _fold_dotted(config or {}, SPECULATIVE_CONFIG)
+    if folded is None:
+        return settings, ["%s is given twice (with dashes and with underscores): give it once" % SPECULATIVE_CONFIG], []
+    for raw, value in sorted(folded.items(), key=lambda item: str(item[0])):
         key = str(raw).replace("_", "-")
         negated = key.startswith("no-") and (key[3:] in BOOLEAN_CONFIG or key[3:] in CONFIG_OWNED)
         flag = key[3:] if negated else key
@@ -363,8 +384,8 @@ def config_settings(config, version=None):
         elif flag == SPECULATIVE_CONFIG:
             speculative = _speculative(value)
             if speculative is None:
-                problems.append("%s: %r is not a speculative config vLLM takes (a mapping with a method or a "
-                                "model, and a positive num_speculative_tokens)" % (raw, value))
+                problems.append("%s: %r is not a speculative config vLLM takes (a mapping with a method vLLM knows or "
+                                "a draft model, and a positive num_speculative_tokens)" % (raw, value))
                 continue
             settings.update(speculative)
             unread = _unread_drafter(speculative["speculative_method"])
@@ -417,38 +438,54 @@ def _config_mapping(value):
 
 def _fold_dotted(config, flag):
     """config with the fields of the JSON option ``flag`` given as dotted keys (speculative-config.method: mtp, as
-    vLLM's --speculative-config.method mtp) folded into that option's mapping, after any mapping given whole."""
-    folded, fields, whole = {}, {}, None
+    vLLM's --speculative-config.method mtp) folded into one mapping under ``flag``; vLLM's parser takes the dotted
+    fields in place of a mapping given whole, and a field's dashes as underscores. None when the option is given
+    twice (in both spellings)."""
+    folded, fields, wholes = {}, {}, []
     for raw, value in config.items():
         key = str(raw).replace("_", "-")
         if key.startswith(flag + "."):
-            fields[str(raw).split(".", 1)[1]] = value
+            fields[str(raw).split(".", 1)[1].replace("-", "_")] = value
         elif key == flag:
-            whole = raw
+            wholes.append(raw)
             folded[raw] = value
         else:
             folded[raw] = value
+    if len(wholes) > 1:
+        return None
     if fields:
-        base = _config_mapping(folded.get(whole)) if whole is not None else {}
-        folded[whole if whole is not None else flag] = dict(base or {}, **fields) if base is not None else folded[whole]
+        for raw in wholes:
+            del folded[raw]
+        folded[flag] = fields
     return folded
 
 
 def _speculative(value):
     """{num_speculative_tokens, speculative_method} of a speculative config (a dict, or the JSON vLLM's command line
     takes), the method as vLLM resolves it (config/speculative.py: an MTP alias is "mtp"; no method is n-gram for the
-    "ngram" model, else a draft model); the tokens 1 when none are given (an MTP drafter's n_predict, one for the
-    usual single MTP layer). None when vLLM would not take it."""
+    "ngram" model, else a draft model, whose name may say eagle, eagle3, dflash or dspark); the tokens as given,
+    suffix decoding's tree depth, or 1 for an MTP drafter of the target's own checkpoint given by name (its n_predict,
+    one for the usual single MTP layer). None when vLLM would not take it."""
     value = _config_mapping(value)
-    if value is None or (value.get("method") is None and value.get("model") is None):
+    if value is None:
         return None
-    tokens = value.get("num_speculative_tokens", 1)
+    method, model = value.get("method"), value.get("model")
+    if method is None and model is None:
+        return None
+    if method is None:
+        method = "ngram" if model in ("ngram", "[ngram]") else "draft_model"
+    if not isinstance(method, str):
+        return None
+    method = "ngram" if method == "[ngram]" else MTP_METHOD if method in MTP_METHODS else method
+    if isinstance(model, str) and method not in HEAD_METHODS + ("dflash", "dspark"):
+        method = next((found for fragment, found in METHOD_BY_DRAFT_NAME if fragment in model.lower()), method)
+    if method not in SPECULATIVE_METHODS:
+        return None
+    tokens = value.get("num_speculative_tokens")
+    if tokens is None:
+        tokens = SUFFIX_DEFAULT_TOKENS if method == "suffix" else 1 if method == MTP_METHOD and model else None
     if not _positive_int(tokens):
         return None
-    method = value.get("method")
-    if method is None:
-        method = "ngram" if value.get("model") in ("ngram", "[ngram]") else "draft_model"
-    method = MTP_METHOD if method in MTP_METHODS else str(method)
     return {"num_speculative_tokens": tokens, "speculative_method": method}
 
 
@@ -573,12 +610,12 @@ V2_RUNNER_ARCHITECTURES = (
 
 def model_runner_v2(version, profile, drafter=None):
     """Whether the engine runs this model on vLLM's model runner V2: every model from MODEL_RUNNER_V2_SINCE,
-    some from 0.22 (V2_RUNNER_ARCHITECTURES), none before; a drafter that runner does not take (V1_DRAFTERS, the
-    speculative method) keeps the V1 runner until MODEL_RUNNER_V1_REMOVED_SINCE."""
+    some from 0.22 (V2_RUNNER_ARCHITECTURES), none before; a drafter that runner does not take yet (V1_DRAFTERS_UNTIL,
+    the speculative method) keeps the V1 runner."""
     ver = engine_version(version)
     if ver >= MODEL_RUNNER_V1_REMOVED_SINCE:
         return True
-    if drafter in V1_DRAFTERS:
+    if ver < V1_DRAFTERS_UNTIL.get(drafter, (0, 0, 0)):
         return False
     if ver >= MODEL_RUNNER_V2_SINCE:
         return True
@@ -716,9 +753,9 @@ def draft_kv_layers(profile, settings, load_mtp=False):
     """Attention layers the drafter adds to the KV cache, in the target's full-attention group (the KV spec walks
     every attention layer of the forward context): the MTP layers (num_nextn_predict_layers, whatever the speculative
     tokens), one for an EAGLE head; none for an n-gram or suffix drafter."""
-    if loads_mtp(settings, load_mtp):
-        return profile.get("num_nextn_predict_layers") or 0
-    return 1 if speculative_method(settings) in HEAD_METHODS else 0
+    if speculative_method(settings) in HEAD_METHODS:
+        return 1
+    return (profile.get("num_nextn_predict_layers") or 0) if loads_mtp(settings, load_mtp) else 0
 
 
 def drafter_held_bytes(profile, settings, act_bytes=2):
@@ -1104,9 +1141,12 @@ def cudagraph_count(settings, profile=None):
     """(graphs, prefill capture sizes) vLLM captures by default for the target model: one piecewise graph per capture
     size, and a full graph for each decode size up to max_num_seqs (FULL_AND_PIECEWISE); on SM100 from
     WIDE_CAPTURE_GRIDS_SINCE the prefill and decode grids of their own, unless the run caps the sizes.
-    With speculative decoding a decode step carries 1 + k tokens: the V1 runner rounds every size up to a multiple of
-    it (within the largest; CompilationConfig.adjust_cudagraph_sizes_for_spec_decode) and captures full graphs from
-    1 + k to (1 + k) x max_num_seqs tokens; V2 rounds the full graphs' sizes alone (cudagraph_utils.py 0.25 - 0.29).
+    With speculative decoding a decode step carries 1 + k tokens: the cap doubles with it, from
+    DECODE_SIZES_APPENDED_SINCE the decode batches n x (1 + k) join the sizes, and the V1 runner rounds every size up
+    to a multiple of 1 + k (within the largest; CompilationConfig.adjust_cudagraph_sizes_for_spec_decode) and
+    captures full graphs from 1 + k to (1 + k) x max_num_seqs tokens, while V2 rounds its full graphs' sizes alone
+    (gpu/cudagraph_utils.py 0.25 - 0.29). Both take the default FULL_AND_PIECEWISE mode; an attention backend that
+    allows piecewise graphs only (vLLM then says so at start) captures fewer.
     profile: the model, which decides the runner (model_runner_v2); None: taken as the V1 runner's."""
     ver = engine_version(settings.get("version"))
     sm100 = (gpu_capability(settings.get("gpu_name")) or (0, 0))[0] == 10
@@ -1118,12 +1158,18 @@ def cudagraph_count(settings, profile=None):
     method = speculative_method(settings)
     step = 1 + (settings["num_speculative_tokens"] if method else 0)
     sizes = cudagraph_capture_sizes(seqs, tokens, settings.get("max_cudagraph_capture_size"), default_cap, step)
+    if step > 1 and ver >= DECODE_SIZES_APPENDED_SINCE and not settings.get("max_cudagraph_capture_size"):
+        platform_cap = default_cap or MAX_CUDAGRAPH_CAPTURE_SIZE
+        most = min(seqs, platform_cap)          # the request grid, as the one-token ceiling
+        requests = set(cudagraph_capture_sizes(most, most, most)) | {most}
+        ceiling = min(2 * seqs * step, platform_cap, tokens)
+        sizes = sorted(set(sizes) | {n * step for n in requests if n * step <= ceiling})
     v2 = profile is not None and model_runner_v2(settings.get("version"), profile, method)
     if step > 1 and not v2:
         sizes = sorted({_round_up(size, step) for size in sizes if _round_up(size, step) <= sizes[-1]}) or [step]
         full = [size for size in sizes if step <= size <= step * seqs]
     else:
-        full = sorted({min(_round_up(size, step), step * seqs) for size in sizes if size <= step * seqs})
+        full = sorted({_round_up(size, step) for size in sizes if _round_up(size, step) <= min(step * seqs, sizes[-1])})
     return len(sizes) + len(full), sizes
 
 
@@ -1265,6 +1311,17 @@ def encoder_unprofiled(profile, settings):
             % settings.get("version"))
 
 
+def cudagraph_counted(profile, settings):
+    """Whether the engine deducts its CUDA-graph estimate before sizing the KV cache: graphs captured (not
+    enforce_eager), the estimate counted (cudagraph_counted, from CUDAGRAPH_COUNTED_SINCE) and, on model runner V2,
+    not the 0 it returns before V2_CUDAGRAPH_ESTIMATED_SINCE."""
+    if settings.get("enforce_eager") or not settings.get("cudagraph_counted"):
+        return False
+    version = settings.get("version")
+    return not (model_runner_v2(version, profile, speculative_method(settings))
+                and engine_version(version) < V2_CUDAGRAPH_ESTIMATED_SINCE)
+
+
 def _profile_peak(forward, sampler, kept, per_call):
     """(the profile run's torch peak, the expert kernels' share beyond it): the per-call expert buffers raise the peak
     only by what the forward with them outgrows the sampler phase."""
@@ -1281,7 +1338,7 @@ def overhead(profile, tp, settings):
     """
     act = settings.get("act_bytes") or 2
     graphs = 0
-    if not settings.get("enforce_eager") and settings.get("cudagraph_counted"):
+    if cudagraph_counted(profile, settings):
         graphs = cudagraph_bytes(profile, tp, settings, act)
     last_stage = settings.get("last_pp_stage", True)
     drafter = speculative_method(settings)

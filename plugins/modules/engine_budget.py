@@ -403,8 +403,8 @@ ladder:
   type: list
   elements: dict
 skipped_tiers:
-  description: Tiers not considered, with quantization, status (V(absent), or V(no_mtp_layer) when the engine drafts
-    with MTP layers the checkpoint lacks) and reason.
+  description: Tiers not considered, with quantization, status (V(absent); V(weight_loading) for a damaged tier the
+    budget would not choose; V(no_mtp_layer) when the engine drafts with MTP layers the checkpoint lacks) and reason.
   returned: always
   type: list
   elements: dict

@@ -739,20 +739,35 @@ def test_speculative_config_gives_its_method_as_vllm_resolves_it_and_its_token_c
     mtp = {"num_speculative_tokens": 2, "speculative_method": "mtp"}
     for config in ({"speculative-config": {"method": "qwen3_next_mtp", "num_speculative_tokens": 2}},
                    {"speculative_config": '{"method": "qwen3_next_mtp", "num_speculative_tokens": 2}'},
-                   {"speculative-config.method": "mtp", "speculative-config.num_speculative_tokens": 2},
-                   {"speculative-config": {"method": "mtp"}, "speculative_config.num_speculative_tokens": 2}):
+                   {"speculative-config.method": "mtp", "speculative-config.num-speculative-tokens": 2},
+                   # vLLM's parser takes dotted fields in place of a mapping given whole
+                   {"speculative-config": {"method": "eagle", "model": "h"}, "speculative_config.method": "mtp",
+                    "speculative_config.num_speculative_tokens": 2}):
         assert engine_memory.config_settings(config) == (mtp, [], []), config
-    assert engine_memory.config_settings({"speculative-config": {"model": "[ngram]", "num_speculative_tokens": 4}}
-                                         )[0] == {"num_speculative_tokens": 4, "speculative_method": "ngram"}
-    settings, problems, warnings = engine_memory.config_settings({"speculative-config": {"model": "/srv/draft"}})
-    assert settings == {"num_speculative_tokens": 1, "speculative_method": "draft_model"} and problems == []
+    for value, method, tokens in (({"model": "[ngram]", "num_speculative_tokens": 4}, "ngram", 4),
+                                  ({"method": "[ngram]", "num_speculative_tokens": 4}, "ngram", 4),
+                                  ({"model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3}, "eagle3", 3),
+                                  ({"method": "draft_model", "model": "org/EAGLE-llama", "num_speculative_tokens": 1},
+                                   "eagle", 1),
+                                  ({"method": "suffix"}, "suffix", 24),                  # its tree depth
+                                  ({"method": "mtp", "model": "tencent/Hy3"}, "mtp", 1)):  # the MTP layers' n_predict
+        assert engine_memory.config_settings({"speculative-config": value})[0] == {
+            "num_speculative_tokens": tokens, "speculative_method": method}, value
+    settings, problems, warnings = engine_memory.config_settings({"speculative-config": {"model": "/srv/draft",
+                                                                                         "num_speculative_tokens": 2}})
+    assert settings == {"num_speculative_tokens": 2, "speculative_method": "draft_model"} and problems == []
     assert warnings == ["speculative-config: the draft_model drafter's weights and KV layers are not counted; the "
                         "engine's own numbers (calibration) will tell"]
     assert "eagle3 head's own weights" in engine_memory.config_settings(
         {"speculative-config": {"method": "eagle3", "model": "h", "num_speculative_tokens": 3}})[2][0]
-    for bad in ("not json", {"num_speculative_tokens": 2}, {"method": "mtp", "num_speculative_tokens": 0}):
+    for bad in ("not json", {"num_speculative_tokens": 2}, {"method": "mtp", "num_speculative_tokens": 0},
+                {"method": "mtp"}, {"method": "foo", "num_speculative_tokens": 2}, {"method": ["mtp"]},
+                {"model": "/srv/draft"}):
         settings, problems, _warnings = engine_memory.config_settings({"speculative-config": bad})
         assert settings == {} and problems[0].startswith("speculative-config: "), bad
+    twice = engine_memory.config_settings({"speculative-config": {"method": "mtp", "num_speculative_tokens": 1},
+                                           "speculative_config": {"method": "mtp", "num_speculative_tokens": 2}})
+    assert twice[0] == {} and "given twice" in twice[1][0]
 
 
 @pytest.mark.parametrize("config, version, settings", [
@@ -762,7 +777,7 @@ def test_speculative_config_gives_its_method_as_vllm_resolves_it_and_its_token_c
     ({"no-async-scheduling": False}, "0.29.0", {}),                       # never acted on
     ({"max-cudagraph-capture-size": "64", "mamba_ssm_cache_dtype": "bfloat16"}, "0.29.0",
      {"max_cudagraph_capture_size": 64, "mamba_ssm_cache_dtype": "bfloat16"}),
-    ({"speculative-config": {"method": "mtp"}}, "0.29.0",
+    ({"speculative-config": {"method": "mtp", "model": "m"}}, "0.29.0",
      {"num_speculative_tokens": 1, "speculative_method": "mtp"}),      # the drafter's n_predict
 ])
 def test_further_config_values_as_the_engine_version_takes_them(config, version, settings):
@@ -770,12 +785,13 @@ def test_further_config_values_as_the_engine_version_takes_them(config, version,
 
 
 def test_owned_flags_are_refused_in_either_form_and_unmodelled_keys_are_said():
-    read = engine_memory.config_settings({"no-enforce-eager": True, 3: "x",
+    read = engine_memory.config_settings({"no-enforce-eager": True, 3: "x", "enable_lora": True, "max-lora-rank": 64,
                                           "compilation-config.cudagraph_mode": "NONE", "mamba-cache-mode": "all"})
     problems, warnings = read[1], read[2]
     assert problems == ["no-enforce-eager is set by the collection (enforce_eager / hy3_enforce_eager): set that, not "
                         "the engine's further config"]
-    assert [w.split(" ")[0] for w in warnings] == ["compilation-config.cudagraph_mode", "mamba-cache-mode"]
+    assert [w.split(" ")[0] for w in warnings] == ["compilation-config.cudagraph_mode", "enable_lora", "mamba-cache-mode",
+                                                   "max-lora-rank"]
 
 
 def test_calibration_key_names_the_further_config_that_moves_the_overhead_only_when_set():

@@ -180,6 +180,20 @@ def test_per_rank_share_on_a_tiny_checkpoint(tmp_path):
     assert two["weight_bytes_per_rank"] > one["data_bytes"] // 2
 
 
+def test_mtp_layers_in_every_layout_and_their_shared_copies_left_out():
+    """DeepSeek-V3 numbers its MTP layer after the model's own and ships its own embedding and head, which vLLM frees;
+    Qwen3-Next / Qwen3.5 keep theirs under mtp., MiMo under model.mtp_layers."""
+    def tensor(rows, cols):
+        return ("s", "BF16", [rows, cols], 2 * rows * cols)
+    tensors = {"model.layers.0.mlp.down_proj.weight": tensor(8, 16), "model.embed_tokens.weight": tensor(32, 8),
+               "model.layers.1.mlp.down_proj.weight": tensor(8, 16), "model.layers.1.embed_tokens.weight": tensor(32, 8),
+               "model.layers.1.shared_head.head.weight": tensor(32, 8), "mtp.layers.0.mlp.down_proj.weight": tensor(8, 16),
+               "mtp.fc.weight": tensor(8, 16), "model.mtp_layers.0.mlp.down_proj.weight": tensor(8, 16)}
+    facts = summarize(tensors, 1)
+    assert facts["params_mtp"] == 4 * 8 * 16 and facts["params"] == 8 * 16 + 32 * 8
+    assert sum(facts["bytes_by_dtype"].values()) == facts["data_bytes"] + facts["mtp_bytes"]
+
+
 def test_hy3_sized_bf16_stand_in(tmp_path):
     """The real shapes: 295B parameters plus the 3.75B MTP layer, 16 bits each, split over 8 ranks."""
     generator = sample_checkpoints.generator

@@ -223,7 +223,7 @@ def test_further_engine_config_reaches_the_budget(tmp_path, monkeypatch):
     plain = run_module(engine_budget.main, args(tiers, gpus=gpus, engine_version="0.30.0", max_num_seqs=64)).result
     capped = run_module(engine_budget.main, args(tiers, gpus=gpus, engine_version="0.30.0", max_num_seqs=64, engine_config={
         "max-cudagraph-capture-size": 8, "no-async-scheduling": True, "block-size": 32,
-        "speculative-config": {"method": "mtp"}}))
+        "speculative-config": {"method": "mtp", "num_speculative_tokens": 1}}))
     assert not capped.failed
     assert capped.result["engine"]["max_cudagraph_capture_size"] == 8 and capped.result["engine"]["async_scheduling"] is False
     assert capped.result["budget_bytes"]["cudagraph"] < plain["budget_bytes"]["cudagraph"]    # 4 sizes, not 11
