@@ -53,6 +53,9 @@ CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_le
 # rope types whose factor vLLM does not apply to the derived length (same function).
 ROPE_TYPES_NOT_SCALED = ("su", "longrope", "llama3")
 
+# MoE sizes some families give per layer (a list, one entry a layer).
+PER_LAYER_FIELDS = ("num_experts", "num_experts_per_tok", "num_shared_experts", "moe_intermediate_size")
+
 # Architectures whose reading is known (anything else: generic dense reading + warning).
 KNOWN_MODEL_TYPES = (
     "hy_v3", "hunyuan_v1_moe", "hunyuan_v1_dense", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe",
@@ -63,6 +66,9 @@ KNOWN_MODEL_TYPES = (
     "lfm2",
     # multimodal Qwen families whose vision tower _vision reads
     "qwen2_vl", "qwen3_vl", "qwen3_vl_moe",
+    # read right by the fields above (checked against published config.json files and model cards, stop 15)
+    "hunyuan", "deepseek_v32", "glm_moe_dsa", "glm4_moe_lite", "minimax_m2", "step3p5", "mimo", "olmo2", "phi3",
+    "nemotron_h_moe", "step3p7",
 )
 
 LAYER_FULL, LAYER_SLIDING, LAYER_LINEAR = "full_attention", "sliding_attention", "linear_attention"
@@ -137,9 +143,20 @@ def read_model_profile(path, overrides=None):
 
 
 def model_profile(config, source="config.json"):
-    """The profile of one model from its parsed config.json (see the module docstring)."""
+    """The profile of one model from its parsed config.json (see the module docstring); ModelConfigError on any
+    field it cannot take, never another exception (a config of an unforeseen shape names itself)."""
     if not isinstance(config, dict):
         raise ModelConfigError(source, "(top level)", "must be a JSON object, got %s" % type(config).__name__)
+    try:
+        return _model_profile(config, source)
+    except ModelConfigError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, ZeroDivisionError) as err:
+        raise ModelConfigError(source, "(a field)", "has a shape this reader does not take: %s: %s"
+                               % (type(err).__name__, err)) from err
+
+
+def _model_profile(config, source):
     reader = _Reader(_text_config(config), source, outer=config)
     architecture = (config.get("architectures") or [None])[0]
     model_type = config.get("model_type") or reader.config.get("model_type")
@@ -209,12 +226,22 @@ class _Reader:
         for layer in self.layers:
             for name in FIELD_ALIASES.get(field, (field,)):
                 if layer.get(name) is not None:
-                    return layer[name]
+                    return self._one(name, layer[name]) if field in PER_LAYER_FIELDS else layer[name]
         if required:
             raise ModelConfigError(self.source, field, "is missing (needed to size the model)")
         if default is not None:
             self.guessed.append(field)
         return default
+
+    def _one(self, name, value):
+        """A per-layer list of a MoE size (Hunyuan-A13B's moe_topk, moe_intermediate_size, num_shared_expert; vLLM
+        indexes it by layer): its largest entry, the layer that holds the most."""
+        if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            if len(set(value)) > 1:
+                self.warnings.append("%s differs by layer (%s .. %s): the largest is taken" % (name, min(value),
+                                                                                           max(value)))
+            return max(value)
+        return value
 
     def positive(self, field, default=None):
         value = self.value(field, default=default, required=default is None)
@@ -332,7 +359,11 @@ def _dense_layers(reader, layers):
     dense = set(range(min(int(cfg.get("first_k_dense_replace") or 0), layers)))
     dense.update(i for i in (cfg.get("mlp_only_layers") or []) if 0 <= i < layers)
     step = int(cfg.get("decoder_sparse_step") or 1)       # Qwen: layer i is MoE when (i + 1) % step == 0
-    freq = int(cfg.get("moe_layer_freq") or 1)            # DeepSeek: layer i is MoE when i % freq == 0
+    freq = cfg.get("moe_layer_freq") or 1
+    if isinstance(freq, list):                            # MiMo-V2: one 0 (dense) / 1 (MoE) a layer
+        dense.update(i for i, moe in enumerate(freq[:layers]) if not moe)
+        freq = 1
+    freq = int(freq)                                      # DeepSeek: layer i is MoE when i % freq == 0
     dense.update(i for i in range(layers) if (i + 1) % step or i % freq)
     return sorted(dense)
 

@@ -458,3 +458,38 @@ def test_an_override_that_breaks_the_reading_is_blamed_on_the_override(tmp_path)
         read_model_profile(str(path), overrides={"max_position_embeddings": 1024})
     assert caught.value.status == "bad_config" and caught.value.field == "vocab_size"
     assert str(caught.value).startswith("%s: vocab_size is missing" % path)
+
+
+# https://github.com/Tencent-Hunyuan/Hunyuan-A13B/blob/2798f3c8b6a69e0ce93950b0d2417203cf950fa0/models/config.json
+# (card: 80B total, 13B active): its MoE sizes are per-layer lists (vLLM's hunyuan_v1.py indexes them by layer).
+HUNYUAN_A13B = {
+    "architectures": ["HunYuanMoEV1ForCausalLM"], "model_type": "hunyuan", "num_hidden_layers": 32, "hidden_size": 4096,
+    "intermediate_size": 3072, "moe_intermediate_size": [3072] * 32, "num_experts": 64, "moe_topk": [8] * 32,
+    "num_shared_expert": [1] * 32, "num_attention_heads": 32, "num_key_value_heads": 8, "attention_head_dim": 128,
+    "vocab_size": 128167, "max_position_embeddings": 32768, "tie_word_embeddings": True, "use_mixed_mlp_moe": True,
+}
+
+
+def test_per_layer_moe_lists_read_as_their_largest_entry():
+    profile = model_profile(HUNYUAN_A13B)
+    moe = profile["moe"]
+    assert (moe["num_experts_per_tok"], moe["moe_intermediate_size"], moe["num_shared_experts"]) == (8, 3072, 1)
+    assert profile["status"] == "read" and profile["warnings"] == []
+    assert abs(profile["params"]["total"] / 1e9 - 80) < 0.01 * 80
+    assert abs(profile["params"]["active"] / 1e9 - 13) < 0.5            # the card's 13B, rounded
+    uneven = model_profile(dict(HUNYUAN_A13B, moe_topk=[8] * 31 + [4]))
+    assert uneven["moe"]["num_experts_per_tok"] == 8 and "moe_topk differs by layer (4 .. 8)" in uneven["warnings"][0]
+
+
+def test_a_0_1_list_of_moe_layers_marks_the_dense_ones():
+    """MiMo-V2-Flash gives moe_layer_freq as one 0 (dense) / 1 (MoE) a layer (vLLM mimo_v2.py)."""
+    profile = model_profile(dict(QWEN3_30B_A3B, moe_layer_freq=[0] + [1] * 47))
+    assert profile["moe"]["dense_layers"] == [0]
+
+
+@pytest.mark.parametrize("field, value", [("moe_layer_freq", {"every": 2}), ("decoder_sparse_step", [2]),
+                                          ("num_experts_per_tok", [[8]])])
+def test_a_field_of_an_unforeseen_shape_is_a_config_error_not_a_traceback(field, value):
+    with pytest.raises(ModelConfigError) as caught:
+        model_profile(dict(QWEN3_30B_A3B, **{field: value}), source="x/config.json")
+    assert str(caught.value).startswith("x/config.json: ")
