@@ -53,6 +53,7 @@ CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_le
 # rope types whose factor vLLM does not apply to the derived length (same function).
 ROPE_TYPES_NOT_SCALED = ("su", "longrope", "llama3")
 
+LLAMA4_TYPES = ("llama4", "llama4_text")
 # MoE sizes some families give per layer (a list, one entry a layer).
 PER_LAYER_FIELDS = ("num_experts", "num_experts_per_tok", "num_shared_experts", "moe_intermediate_size")
 
@@ -173,7 +174,9 @@ def _model_profile(config, source):
         "model_type": model_type,
         "num_hidden_layers": layers,
         "hidden_size": hidden,
-        "intermediate_size": reader.positive("intermediate_size", default=4 * hidden),
+        # Llama 4: intermediate_size is the expert's, intermediate_size_mlp the dense layers' (llama4.py)
+        "intermediate_size": reader.positive("intermediate_size_mlp" if reader.config.get("intermediate_size_mlp")
+                                             else "intermediate_size", default=4 * hidden),
         "vocab_size": reader.positive("vocab_size"),
         # transformers' PretrainedConfig default when the file is silent (Gemma relies on it)
         "tie_word_embeddings": bool(reader.value("tie_word_embeddings", default=True)),
@@ -337,8 +340,9 @@ def _moe(reader, layers):
                    or reader.config.get("shared_intermediate_size")
                    or reader.config.get("moe_shared_expert_intermediate_size"))
     if shared is None:
-        # Qwen2-MoE spells one shared expert by its size alone; most others have none.
-        shared = 1 if shared_size else 0
+        # Qwen2-MoE spells one shared expert by its size alone; Llama 4 always has one (vLLM llama4.py
+        # n_shared_experts = 1); most others have none.
+        shared = 1 if shared_size or reader.config.get("model_type") in LLAMA4_TYPES else 0
     shared_size = shared_size or per_expert
     return {
         "num_experts": experts,
@@ -358,7 +362,8 @@ def _dense_layers(reader, layers):
         return [i for i, kind in enumerate(kinds) if kind == "dense"]
     dense = set(range(min(int(cfg.get("first_k_dense_replace") or 0), layers)))
     dense.update(i for i in (cfg.get("mlp_only_layers") or []) if 0 <= i < layers)
-    step = int(cfg.get("decoder_sparse_step") or 1)       # Qwen: layer i is MoE when (i + 1) % step == 0
+    # Qwen, and Llama 4's interleave_moe_layer_step: layer i is MoE when (i + 1) % step == 0
+    step = int(cfg.get("decoder_sparse_step") or cfg.get("interleave_moe_layer_step") or 1)
     freq = cfg.get("moe_layer_freq") or 1
     if isinstance(freq, list):                            # MiMo-V2: one 0 (dense) / 1 (MoE) a layer
         dense.update(i for i, moe in enumerate(freq[:layers]) if not moe)

@@ -493,3 +493,24 @@ def test_a_field_of_an_unforeseen_shape_is_a_config_error_not_a_traceback(field,
     with pytest.raises(ModelConfigError) as caught:
         model_profile(dict(QWEN3_30B_A3B, **{field: value}), source="x/config.json")
     assert str(caught.value).startswith("x/config.json: ")
+
+
+# https://github.com/ai-dynamo/aiconfigurator/blob/54cb8c65a28d8341d2adf58f8a6579ea05b24b99/aic-core/src/aiconfigurator_core/model_configs/meta-llama--Llama-4-Maverick-17B-128E-Instruct_config.json
+# (its text_config; card: 400B total, 17B active; tie_word_embeddings false in the hub's file)
+LLAMA4_MAVERICK = {
+    "architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4", "tie_word_embeddings": False,
+    "text_config": {"model_type": "llama4_text", "num_hidden_layers": 48, "hidden_size": 5120, "intermediate_size": 8192,
+                    "intermediate_size_mlp": 16384, "num_local_experts": 128, "num_experts_per_tok": 1,
+                    "interleave_moe_layer_step": 2, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+                    "vocab_size": 202048, "max_position_embeddings": 1048576, "attention_chunk_size": 8192},
+}
+
+
+def test_llama4_interleaves_moe_layers_with_dense_ones_and_keeps_a_shared_expert():
+    """vLLM llama4.py: layer i is MoE when (i + 1) % interleave_moe_layer_step == 0, the others a dense MLP of
+    intermediate_size_mlp; every MoE layer has one shared expert of the experts' size."""
+    profile = model_profile(LLAMA4_MAVERICK)
+    assert profile["moe"]["dense_layers"] == list(range(0, 48, 2)) and profile["intermediate_size"] == 16384
+    assert profile["moe"]["num_shared_experts"] == 1 and profile["moe"]["moe_intermediate_size"] == 8192
+    assert abs(profile["params"]["total"] / 1e9 - 400) < 0.01 * 400
+    assert abs(profile["params"]["active"] / 1e9 - 17) < 1.0            # the card's 17B, rounded
