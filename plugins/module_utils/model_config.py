@@ -241,8 +241,8 @@ class _Reader:
         indexes it by layer): its largest entry, the layer that holds the most."""
         if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
             if len(set(value)) > 1:
-                self.warnings.append("%s differs by layer (%s .. %s): the largest is taken" % (name, min(value),
-                                                                                           max(value)))
+                self.warnings.append("%s differs by layer (%s .. %s): the largest is taken"
+                                     % (name, min(value), max(value)))
             return max(value)
         return value
 
