@@ -161,7 +161,7 @@ def _model_profile(config, source):
     reader = _Reader(_text_config(config), source, outer=config)
     architecture = (config.get("architectures") or [None])[0]
     model_type = config.get("model_type") or reader.config.get("model_type")
-    known = model_type in KNOWN_MODEL_TYPES or reader.config.get("model_type") in KNOWN_MODEL_TYPES
+    known = reader.known = model_type in KNOWN_MODEL_TYPES or reader.config.get("model_type") in KNOWN_MODEL_TYPES
     if not known:
         reader.warnings.append(
             "unknown architecture %s (model_type %s): read as a generic dense decoder"
@@ -224,6 +224,7 @@ class _Reader:
         self.config, self.source = config, source
         self.layers = [config] if outer is None or outer is config else [config, outer]
         self.guessed, self.warnings = [], []
+        self.known = True           # the family's reading is known (model_profile sets it)
 
     def value(self, field, default=None, required=False):
         for layer in self.layers:
@@ -413,8 +414,11 @@ def _layer_types(reader, layers):
     window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) is not False else None
     spelled = cfg.get("layer_types") or cfg.get("layers_block_type")
     pattern = cfg.get("hybrid_override_pattern")          # Nemotron-H: "M-M*..." ('-' is an MLP-only layer)
+    swa_flags = cfg.get("hybrid_layer_pattern")           # MiMo-V2: 1 a sliding-window layer, 0 a full one
     if isinstance(spelled, list) and len(spelled) == layers:
         kinds = [LAYER_KIND.get(k, LAYER_FULL) for k in spelled]
+    elif window and isinstance(swa_flags, list) and len(swa_flags) == layers:
+        kinds = [LAYER_SLIDING if flag == 1 else LAYER_FULL for flag in swa_flags]
     elif isinstance(pattern, str) and len(pattern) == layers:
         kinds = [LAYER_KIND.get(k, LAYER_FULL) for k in pattern]
     elif window and cfg.get("sliding_window_pattern"):  # Gemma 3: every Nth layer is global
@@ -428,8 +432,13 @@ def _layer_types(reader, layers):
     elif cfg.get("full_attention_interval"):             # Qwen3-Next: linear, linear, linear, full
         every = cfg["full_attention_interval"]
         kinds = [LAYER_FULL if (i + 1) % every == 0 else LAYER_LINEAR for i in range(layers)]
-    elif window and window < _max_length(cfg):            # Mistral-style: every layer slides
+    elif window and window < _max_length(cfg) and reader.known:   # Mistral-style: every layer slides
         kinds = [LAYER_SLIDING] * layers
+    elif window and window < _max_length(cfg):
+        # a family not known to slide every layer may mix in full-attention ones: budget the larger KV
+        reader.warnings.append("sliding_window %s without a layer pattern: every layer taken as full attention (the "
+                               "larger KV cache)" % window)
+        kinds = [LAYER_FULL] * layers
     else:
         kinds = [LAYER_FULL] * layers
     return kinds, (window if LAYER_SLIDING in kinds else None)

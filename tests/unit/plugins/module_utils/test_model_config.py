@@ -514,3 +514,16 @@ def test_llama4_interleaves_moe_layers_with_dense_ones_and_keeps_a_shared_expert
     assert profile["moe"]["num_shared_experts"] == 1 and profile["moe"]["moe_intermediate_size"] == 8192
     assert abs(profile["params"]["total"] / 1e9 - 400) < 0.01 * 400
     assert abs(profile["params"]["active"] / 1e9 - 17) < 1.0            # the card's 17B, rounded
+
+
+def test_a_sliding_window_without_a_layer_pattern_slides_every_layer_only_in_a_known_family():
+    """Mistral-style families slide every layer; an unknown one may mix in full-attention layers, so the larger KV is
+    budgeted (the safe side) and said. MiMo-V2 spells its pattern as hybrid_layer_pattern (1: sliding window)."""
+    mistral = dict(LLAMA_31_8B, model_type="mistral", architectures=["MistralForCausalLM"], sliding_window=4096)
+    assert set(model_profile(mistral)["layer_types"]) == {"sliding_attention"}
+    unknown = model_profile(dict(mistral, model_type="newfamily", architectures=["NewForCausalLM"]))
+    assert set(unknown["layer_types"]) == {"full_attention"} and unknown["sliding_window"] is None
+    assert any("every layer taken as full attention" in w for w in unknown["warnings"])
+    mimo = model_profile(dict(mistral, model_type="mimo_v2_flash", sliding_window=128,
+                              hybrid_layer_pattern=[0] + [1] * 31))
+    assert mimo["layer_types"][:2] == ["full_attention", "sliding_attention"] and mimo["sliding_window"] == 128
