@@ -172,8 +172,10 @@ options:
         engine and its budget cannot disagree; keys that change memory in ways the budget does not model (such as
         C(kv-transfer-config), C(compilation-config), C(cpu-offload-gb), C(attention-backend)) are warnings.
       - C(speculative-config) (a mapping, its JSON text, or dotted keys such as C(speculative-config.method)) is
-        modelled - its method as vLLM resolves it (every MTP alias is V(mtp)) and C(num_speculative_tokens) (1 when
-        it gives none). With V(mtp) the engine loads the checkpoint's MTP layers (as O(load_mtp)) and a tier whose
+        modelled - its method as vLLM resolves it (every MTP alias is V(mtp); a draft model's name can say eagle,
+        eagle3, dflash or dspark) and C(num_speculative_tokens), which vLLM requires except for suffix decoding (24)
+        and an MTP drafter named by C(model) (its layers, 1). A method vLLM does not know, a missing count or the
+        option given twice fail with V(bad_input). With V(mtp) the engine loads the checkpoint's MTP layers (as O(load_mtp)) and a tier whose
         checkpoint holds none is not offered (C(status=no_mtp_layer) in RV(skipped_tiers)); a model without MTP
         layers fails with V(bad_input). The drafter's KV layers join the cache (the MTP layers, one for an EAGLE
         head), its forward and the rejection sampler enter the profile run (budget line C(speculative)), decode
