@@ -1173,15 +1173,16 @@ def cudagraph_count(settings, profile=None):
     return len(sizes) + len(full), sizes
 
 
-def drafter_graph_count(settings, profile=None):
+def drafter_graph_count(settings, profile, target_graphs):
     """Graphs the drafter captures, each over its own layers: on the V1 runner a piecewise graph per capture size
     (v1/spec_decode/eagle.py, captured with the target's); on V2 the target's set again (its prefill manager) and,
     for two or more speculative tokens, a full one-token graph per decode size up to max_num_seqs (its decode
-    manager, autoregressive/speculator.py 0.25 - 0.34). 0 for drafters that are not a model."""
+    manager, autoregressive/speculator.py 0.25 - 0.34). 0 for drafters that are not a model.
+    target_graphs: cudagraph_count's (graphs, sizes) for the same settings and profile."""
     method = speculative_method(settings)
     if method not in PROFILED_DRAFTERS:
         return 0
-    graphs, sizes = cudagraph_count(settings, profile)
+    graphs, sizes = target_graphs
     if profile is None or not model_runner_v2(settings.get("version"), profile, method):
         return len(sizes)
     decode = len([size for size in sizes if size <= settings["max_num_seqs"]]) if settings["num_speculative_tokens"] > 1 else 0
@@ -1197,7 +1198,7 @@ def cudagraph_bytes(profile, tp, settings, act_bytes=2):
         return 0
     first = forward_bytes(profile, tp, sizes[-1], act_bytes)
     layer_graphs = graphs * profile["num_hidden_layers"]
-    layer_graphs += drafter_graph_count(settings, profile) * draft_kv_layers(profile, settings)
+    layer_graphs += drafter_graph_count(settings, profile, (graphs, sizes)) * draft_kv_layers(profile, settings)
     return int(first + COPIES["graph_per_layer"] * layer_graphs)
 
 

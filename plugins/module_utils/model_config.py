@@ -161,7 +161,7 @@ def _model_profile(config, source):
     reader = _Reader(_text_config(config), source, outer=config)
     architecture = (config.get("architectures") or [None])[0]
     model_type = config.get("model_type") or reader.config.get("model_type")
-    known = reader.known = model_type in KNOWN_MODEL_TYPES or reader.config.get("model_type") in KNOWN_MODEL_TYPES
+    known = reader.known
     if not known:
         reader.warnings.append(
             "unknown architecture %s (model_type %s): read as a generic dense decoder"
@@ -224,7 +224,11 @@ class _Reader:
         self.config, self.source = config, source
         self.layers = [config] if outer is None or outer is config else [config, outer]
         self.guessed, self.warnings = [], []
-        self.known = True           # the family's reading is known (model_profile sets it)
+
+    @property
+    def known(self):
+        """Whether the family's reading is known: the top level's or the text config's model_type is listed."""
+        return any(layer.get("model_type") in KNOWN_MODEL_TYPES for layer in self.layers)
 
     def value(self, field, default=None, required=False):
         for layer in self.layers:

@@ -132,23 +132,26 @@ def boot(fleet_name, host, rootfs, binds):
     return proc.pid
 
 
-def _exit_status(host):
-    """' (exit status N)' when this process started the host's systemd-nspawn and it has exited, else ''."""
+def _recorded_pid(host):
+    """The PID boot wrote for the host's systemd-nspawn, or None."""
     try:
         with open(_pid_file(host)) as handle:
-            child = _CHILDREN.get(int(handle.read()))
+            return int(handle.read())
     except (OSError, ValueError):
-        return ""
+        return None
+
+
+def _exit_status(host):
+    """' (exit status N)' when this process started the host's systemd-nspawn and it has exited, else ''."""
+    child = _CHILDREN.get(_recorded_pid(host))
     status = child.poll() if child is not None else None
     return "" if status is None else " (exit status %d)" % status
 
 
 def nspawn_pid(fleet_name, host):
     """The PID of the host's running systemd-nspawn, or None (checked against its command line)."""
-    try:
-        with open(_pid_file(host)) as handle:
-            pid = int(handle.read())
-    except (OSError, ValueError):
+    pid = _recorded_pid(host)
+    if pid is None:
         return None
     if "--machine=%s-%s" % (fleet_name, host.name) in _settled_cmdline(pid):
         return pid

@@ -87,10 +87,11 @@ def test_capture_sizes_follow_the_decode_step_as_a_printed_qwen36_start():
     settings = {"version": "0.20.0", "gpu_name": "NVIDIA H200 NVL", "max_num_seqs": 32, "max_num_batched_tokens": 8192}
     graphs, sizes = engine_memory.cudagraph_count(settings, profile)
     assert (len(sizes), sizes[-1], graphs - len(sizes)) == (11, 64, 7)
-    graphs, sizes = engine_memory.cudagraph_count(dict(settings, **spec("mtp", 3, max_num_seqs=32)), profile)
+    drafting = dict(settings, **spec("mtp", 3, max_num_seqs=32))
+    graphs, sizes = engine_memory.cudagraph_count(drafting, profile)
     assert (len(sizes), sizes[-1], graphs - len(sizes)) == (33, 256, 17)
     assert all(size % 4 == 0 for size in sizes)
-    assert engine_memory.drafter_graph_count(dict(settings, **spec("mtp", 3, max_num_seqs=32)), profile) == 33
+    assert engine_memory.drafter_graph_count(drafting, profile, (graphs, sizes)) == 33
 
 
 def test_the_qwen36_pair_moves_as_the_engine_did():
