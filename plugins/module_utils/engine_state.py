@@ -26,15 +26,30 @@ SERVICE_PROPERTIES = ("ActiveState", "SubState", "MainPID", "NRestarts", "Result
 STARTING_OR_RUNNING = ("active", "activating", "reloading")
 
 
-def live_pid(pid_file):
-    """The PID in pid_file when it names a running process, else 0."""
+def process_state(pid, proc="/proc"):
+    """The state letter of /proc/PID/stat (R, S, D, Z...), or None where it cannot be read.
+
+    The letter follows the last ")": the command name in parentheses may itself hold spaces or ")"."""
+    try:
+        with open(os.path.join(proc, str(pid), "stat")) as handle:
+            return handle.read().rpartition(")")[2].split()[0]
+    except (IOError, OSError, IndexError):
+        return None
+
+
+def live_pid(pid_file, proc="/proc"):
+    """The PID in pid_file when it names a running process, else 0.
+
+    A zombie (exited, its exit not yet collected) is not running: the engine's parent exits at once, so
+    it is init's to reap, and an init that reaps only every few seconds (containers' init processes)
+    leaves kill(pid, 0) succeeding for a process that is long dead."""
     try:
         with open(pid_file) as handle:
             pid = int(handle.read().strip())
         os.kill(pid, 0)
-        return pid
     except (IOError, OSError, ValueError):
         return 0
+    return 0 if process_state(pid, proc) == "Z" else pid
 
 
 def pid_alive(pid_file):
