@@ -50,15 +50,44 @@ def load_cases(folder):
     return cases
 
 
+def corpus_gpu_totals(folder=CASES):
+    """{GPU name: the device total (GiB) its engines printed most often in the corpus}: what a case
+    whose log does not print it (vLLM before ~0.11 logs no total) is taken to have."""
+    seen = {}
+    for case in load_cases(folder):
+        gpu = case.get("gpu") or {}
+        if gpu.get("name") and gpu.get("memory_gib"):
+            seen.setdefault(gpu["name"], []).append(gpu["memory_gib"])
+    return {name: max(set(totals), key=lambda total: (totals.count(total), total)) for name, totals in seen.items()}
+
+
+_GPU_TOTALS = {}
+
+
+def gpu_total_gib(case):
+    """The case's device total (GiB): its own, else the corpus's for that GPU name, else None."""
+    gpu = case.get("gpu") or {}
+    if gpu.get("memory_gib"):
+        return gpu["memory_gib"]
+    if not _GPU_TOTALS:
+        _GPU_TOTALS.update(corpus_gpu_totals())
+    return _GPU_TOTALS.get(gpu.get("name"))
+
+
 def unsupported(case):
     """Why the budget does not model this case (or None)."""
     settings = case.get("settings") or {}
+    if not gpu_total_gib(case):
+        return "the GPU's total memory is neither in the case nor in the corpus for %r" % (case.get("gpu") or {}).get("name")
     if (settings.get("data_parallel_size") or 1) > 1:
         return "data parallel"
-    if (settings.get("speculative") or {}).get("method") in ("draft_model", "medusa", "mlp_speculator"):
+    speculative = settings.get("speculative") or {}
+    if speculative.get("method") in ("draft_model", "medusa", "mlp_speculator") or (
+            speculative.get("method") == "mtp" and speculative.get("model")):
         return "a draft model of its own (its config is not in the case)"
     config = case["model"]["config"]
-    if "vision" in case["id"] or (config.get("vision_config") and not (model_profile(config).get("vision") or {}).get("family")):
+    unprofiled = "vision" in case["id"] or (config.get("vision_config") and not (model_profile(config).get("vision") or {}).get("family"))
+    if unprofiled and not encoder_left_out(case):
         return "multimodal, its vision tower not modelled (the encoder is profiled too)"
     if settings.get("kv_cache_memory_bytes") or settings.get("num_gpu_blocks_override"):
         return "KV cache size set by hand"
@@ -70,6 +99,15 @@ def unsupported(case):
     if reported.get("available_kv_cache_gib") is None and reported.get("gpu_kv_cache_tokens") is None:
         return "no KV numbers printed"
     return None
+
+
+def encoder_left_out(case):
+    """Whether the engine profiles no multimodal encoder (the tower is not built, or its profiling is skipped)."""
+    settings = case.get("settings") or {}
+    profile = model_profile(case["model"]["config"], source=case["id"])
+    # a transcribed config may leave the tower's shape out: the tower is there all the same
+    with_tower = dict(profile, params=dict(profile["params"], vision=max(1, profile["params"].get("vision") or 0)))
+    return bool(settings.get("skip_mm_profiling") or engine_memory.vision_tower_skipped(with_tower, engine_of(case, settings)))
 
 
 def tier_of(profile, settings):
@@ -103,6 +141,11 @@ def engine_of(case, settings, entries=None):
             engine[knob] = settings[knob]
     if settings.get("speculative"):
         engine.update(engine_memory.config_settings({"speculative-config": settings["speculative"]})[0])
+    if settings.get("attention_backend"):      # set on the command line: the calibration key names it
+        engine.update(engine_memory.config_settings({"attention-backend": settings["attention_backend"]})[0])
+    for knob in ("language_model_only", "skip_mm_profiling"):
+        if settings.get(knob):
+            engine[knob] = True
     if settings.get("limit_mm_per_prompt") is not None:
         engine["mm_limits"] = engine_memory.config_settings(
             {"limit-mm-per-prompt": settings["limit_mm_per_prompt"]})[0]["mm_limits"]
@@ -135,7 +178,7 @@ def stage_prints(case):
 def predict(case, entries=None, weights_from_log=False):
     settings = case["settings"]
     profile = model_profile(case["model"]["config"], source=case["id"])
-    total = int(case["gpu"]["memory_gib"] * GIB)
+    total = int(gpu_total_gib(case) * GIB)
     tp = settings.get("tensor_parallel_size") or 1
     pp = settings.get("pipeline_parallel_size") or 1
     max_model_len = settings.get("max_model_len") or profile["max_position_embeddings"]
@@ -267,13 +310,15 @@ def fit_features(case):
     moved = engine_memory.engine_version(engine.get("version")) >= engine_memory.BASELINE_MOVED_SINCE
     early_gib = 0 if moved else engine_memory.COPIES["runtime_early"] / GIB
     features = [1.0 if moved else 0.0] + [1.0 if term == name else 0.0 for name in FIT_TERMS[1:]]
+    unified_gib = engine_memory.unified_memory_bytes(engine.get("gpu_name")) / GIB      # a set amount too
     known = (((table["cudagraph"] or 0) + table["activation_peak"] + (table["sampler_state"] or 0)
-             + table["moe_workspace"] + (table.get("encoder_profile") or 0) + (table.get("speculative") or 0)) / GIB
-             + pcie_gib + early_gib)
+             + table["moe_workspace"] + (table.get("cold_compile") or 0) + (table.get("encoder_profile") or 0)
+             + (table.get("speculative") or 0)) / GIB
+             + pcie_gib + early_gib + unified_gib)
     rows = [(features, measured["overhead_bytes"] / GIB - known)]
     non_torch = ((case["engine_reported"].get("profile_breakdown") or {}).get("non_torch_increase_gib"))
     if non_torch is not None and engine_memory.engine_version(engine.get("version")) >= PER_PROCESS_NON_TORCH_SINCE:
-        rows.append((features, non_torch - pcie_gib - early_gib))
+        rows.append((features, non_torch - pcie_gib - early_gib - unified_gib))
     return rows
 
 

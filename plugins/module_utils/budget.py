@@ -171,15 +171,35 @@ def kept_16bit_params(profile, bits, stage_layers=None):
     return int(sum((params.get(family) or 0) * share for family, share in shares.items()))
 
 
+def unquantized_bytes(bits):
+    """Bytes a parameter a quantizer left out takes: the served dtype's, 4 where the tier is float32 (a quantized
+    or 16-bit tier serves them in 16 bits)."""
+    return 4 if bits >= 32 else 2
+
+
+def _unquantized_params(params):
+    """What every quantized checkpoint keeps in 16 bits: the embeddings (and an untied LM head) and the vision
+    tower, which quantizers leave out."""
+    return (params.get("embedding") or 0) + (params.get("vision") or 0)
+
+
+def replicated_vision_bytes(profile, tp, bits):
+    """What a tower every tensor-parallel rank holds whole (profile vision_replicated: Gemma 4's) adds to a rank
+    beyond its 1/tp share, at unquantized_bytes."""
+    vision = (profile["params"].get("vision") or 0) if profile.get("vision_replicated") else 0
+    tower = vision * unquantized_bytes(bits)
+    return int(tower - tower // tp)
+
+
 def nominal_weight_bytes_per_rank(profile, bits, tp, load_mtp):
     """The floor of one rank's weights from the parameter counts: every expert is resident, the
-    embeddings and lm_head and the modules a quantizer left out (kept_16bit_params) stay 16 bit,
-    everything split by tp."""
+    embeddings and lm_head, a vision tower and the modules a quantizer left out (kept_16bit_params) stay
+    16 bit, everything split by tp but a tower vLLM replicates (replicated_vision_bytes)."""
     params = profile["params"]
     total = params["total"] + (params.get("mtp") or 0 if load_mtp else 0)
-    kept = min((params.get("embedding") or 0) + kept_16bit_params(profile, bits), total)
+    kept = min(_unquantized_params(params) + kept_16bit_params(profile, bits), total)
     quantized = (total - kept) * effective_bits(bits, profile.get("quantization")) / 8
-    return int((quantized + kept * 2) // tp)
+    return int((quantized + kept * unquantized_bytes(bits)) // tp) + replicated_vision_bytes(profile, tp, bits)
 
 
 def pp_partition(num_layers, pp):
@@ -195,12 +215,15 @@ def pp_partition(num_layers, pp):
 def stage_shares(profile, pp, load_mtp):
     """Per pipeline stage: its layer slice and the share of the model's parameters it holds.
 
-    The embedding is on the first stage; the LM head (the embedding again when tied: vLLM's last rank
-    builds it) and an MTP layer on the last; decoder layers as pp_partition splits them."""
+    The embedding is on the first stage; the LM head (the embedding again when tied: vLLM's last rank builds
+    it) and an MTP layer on the last; a vision tower and Gemma 4's per-layer input embeddings on every stage
+    (vLLM's Qwen-VL and Gemma 4 classes build them whatever the rank); decoder layers as pp_partition splits
+    them."""
     params = profile["params"]
     layers = profile["num_hidden_layers"]
     vocab_matrix = profile["vocab_size"] * profile["hidden_size"]
-    per_layer = (params["total"] - params["embedding"]) / float(layers)
+    every_stage = (params.get("vision") or 0) + (profile.get("per_layer_input_params") or 0)
+    per_layer = (params["total"] - params["embedding"] - (params.get("vision") or 0)) / float(layers)
     mtp = (params.get("mtp") or 0) if load_mtp else 0
     types = profile.get("layer_types") or [kv_layout.FULL] * layers
     shares, start = [], 0
@@ -209,19 +232,20 @@ def stage_shares(profile, pp, load_mtp):
         shares.append({"stage": stage, "layers": count, "first_layer": start,
                        "layer_types": list(types[start:start + count]), "last": last,
                        "params": count * per_layer + (mtp if last else 0),
-                       "vocab_params": (vocab_matrix if stage == 0 else 0) + (vocab_matrix if last else 0)})
+                       "params_16bit": every_stage + (vocab_matrix if stage == 0 else 0) + (vocab_matrix if last else 0)})
         start += count
     return shares
 
 
 def stage_weight_bytes(profile, bits, tp, share, load_mtp):
     """(nominal bytes of one rank of this stage, its fraction of the whole model's nominal bytes): the
-    quantized layers at the tier's bits, embedding and LM head at 16 bits, as nominal_weight_bytes_per_rank."""
+    quantized layers at the tier's bits, embedding, LM head and a vision tower at 16 bits, as
+    nominal_weight_bytes_per_rank."""
     kept = kept_16bit_params(profile, bits, range(share["first_layer"], share["first_layer"] + share["layers"]))
     stage = ((share["params"] - kept) * effective_bits(bits, profile.get("quantization")) / 8
-             + (kept + share["vocab_params"]) * 2)
+             + (kept + share["params_16bit"]) * unquantized_bytes(bits))
     whole = nominal_weight_bytes_per_rank(profile, bits, 1, load_mtp)
-    return int(stage // tp), stage / float(whole)
+    return int(stage // tp) + replicated_vision_bytes(profile, tp, bits), stage / float(whole)
 
 
 def check_pipeline_parallel(profile, pp, tp, gpu_count):
@@ -280,10 +304,11 @@ def calibration_fields(ctx, state):
     }
 
 
-def overhead_lines(ctx, state, last_stage=True):
+def overhead_lines(ctx, state, last_stage=True, first_stage=None):
     """The per-rank terms between the weights and the KV cache, where they came from, and the
     calibration entry used (or None). last_stage False: a pipeline stage before the last, which
-    runs no sampler in the profile run."""
+    runs no sampler in the profile run; first_stage False: a stage after the first, without the embedding table
+    (default: the whole engine's, pp 1)."""
     engine = ctx["engine"]
     if engine.get("kv_cache_memory_bytes"):
         return {"total": 0}, OVERHEAD_EXPLICIT_KV, None
@@ -297,7 +322,8 @@ def overhead_lines(ctx, state, last_stage=True):
         return {"runtime_overhead": flat, "total": flat}, OVERHEAD_OVERRIDE, None
     # Activations in the model's dtype: an fp32 model holds twice the bytes (and fp32 logits from the start).
     act_bytes = DTYPE_BYTES.get(state["tier"].get("dtype") or "bfloat16", 2)
-    settings = state_settings(engine, state, last_pp_stage=last_stage, act_bytes=act_bytes)
+    settings = state_settings(engine, state, last_pp_stage=last_stage, act_bytes=act_bytes,
+                              first_pp_stage=ctx["pp"] == 1 if first_stage is None else first_stage)
     return engine_memory.overhead(ctx["profile"], ctx["tp"], settings), OVERHEAD_MODEL, None
 
 
@@ -314,17 +340,22 @@ def evaluate(state, ctx):
     and ``stages``: per stage its layers, weights, overhead, KV bytes and blocks."""
     if ctx.get("pp", 1) == 1:
         return evaluate_stage(state, ctx, None, overhead_lines(ctx, state))
-    last = overhead_lines(ctx, state)
-    inner = overhead_lines(ctx, state, last_stage=False) if last[1] == OVERHEAD_MODEL else last
+    last = overhead_lines(ctx, state, first_stage=False)
+    modelled = last[1] == OVERHEAD_MODEL
+    first = overhead_lines(ctx, state, last_stage=False, first_stage=True) if modelled else last
+    middle = overhead_lines(ctx, state, last_stage=False, first_stage=False) if modelled and ctx["pp"] > 2 else first
     shares = stage_shares(ctx["profile"], ctx["pp"], ctx["load_mtp"])
-    tables = [evaluate_stage(state, ctx, share, last if share["last"] else inner) for share in shares]
-    tightest = min(tables, key=lambda table: (table["kv_cache_blocks"], table["headroom"]))
+    tables = [evaluate_stage(state, ctx, share, last if share["last"] else first if share["stage"] == 0 else middle)
+              for share in shares]
+    # a stage whose layers hold no KV cache bounds no block count, only whether it holds its weights
+    caching = [table for table in tables if table["kv_cache_blocks"] is not None] or tables
+    tightest = min(caching, key=lambda table: (table["kv_cache_blocks"] or 0, table["headroom"]))
     stages = [{"stage": share["stage"], "layers": share["layers"], "weights": t["weights"], "overhead": t["overhead"],
                "kv_available": t["kv_available"], "kv_cache_blocks": t["kv_cache_blocks"]}
               for share, t in zip(shares, tables)]
-    return dict(tightest, kv_cache_tokens=min(t["kv_cache_tokens"] for t in tables),
-                max_concurrency=min(t["max_concurrency"] for t in tables), starts=all(t["starts"] for t in tables),
-                headroom=min(t["headroom"] for t in tables), stages=stages)
+    return dict(tightest, kv_cache_tokens=tightest["kv_cache_tokens"] and min(t["kv_cache_tokens"] for t in caching),
+                max_concurrency=tightest["max_concurrency"] and min(t["max_concurrency"] for t in caching),
+                starts=all(t["starts"] for t in tables), headroom=min(t["headroom"] for t in tables), stages=stages)
 
 
 def kv_policies(ctx, model_dtype_bytes, kv_dtype_bytes):
@@ -376,7 +407,7 @@ def evaluate_stage(state, ctx, share, overhead):
     state_policy, mla_policy = kv_policies(ctx, model_dtype_bytes, kv_dtype_bytes)
     layout = kv_layout.layout(profile, tp, kv_dtype_bytes, ctx["block_size"], state["max_model_len"],
                               engine_memory.in_flight_tokens(profile, engine, ctx["pp"]), draft_layers,
-                              state_policy, mla_policy)
+                              state_policy, mla_policy, engine_memory.attention_start_blocks(engine))
     cap = kv_layout.capacity(layout, available, engine.get("tokens_from_concurrency", True))
     one_request = kv_layout.bytes_for_requests(layout, 1)
     needed = kv_layout.bytes_for_requests(layout, state["max_num_seqs"])
@@ -390,6 +421,7 @@ def evaluate_stage(state, ctx, share, overhead):
         "activation_peak": lines.get("activation_peak"),
         "sampler_state": lines.get("sampler_state"),
         "moe_workspace": lines.get("moe_workspace"),
+        "cold_compile": lines.get("cold_compile"),
         "speculative": lines.get("speculative"),
         "encoder_profile": lines.get("encoder_profile"),
         "non_torch": lines.get("non_torch"),
@@ -506,6 +538,17 @@ def resolve_engine(engine, gpus, desired_utilization, max_num_seqs):
     return resolved, utilization, seqs
 
 
+def without_vision_tower(profile, tiers):
+    """The profile and tiers of an engine that builds no multimodal tower: its parameters out of the counts, its
+    tensors (tower_bytes_per_rank, read from the shard headers) out of each tier's measured bytes."""
+    params = profile["params"]
+    profile = dict(profile, params=dict(params, total=params["total"] - params["vision"], vision=0),
+                   vision_replicated=False)
+    tiers = [dict(tier, weight_bytes_per_rank=tier["weight_bytes_per_rank"] - tier["tower_bytes_per_rank"])
+             if tier.get("weight_bytes_per_rank") and tier.get("tower_bytes_per_rank") else tier for tier in tiers]
+    return profile, tiers
+
+
 def plan(profile, tiers, gpus, gpu_memory_utilization=None, kv_cache_dtype="auto", max_model_len=None,
          min_max_model_len=None, max_num_seqs=None, min_max_num_seqs=1, tensor_parallel_size=None,
          block_size=None, max_model_len_multiple=1024, load_mtp=False, engine=None, pipeline_parallel_size=1,
@@ -529,6 +572,9 @@ def plan(profile, tiers, gpus, gpu_memory_utilization=None, kv_cache_dtype="auto
     engine, gpu_memory_utilization, max_num_seqs = resolve_engine(engine, gpus, gpu_memory_utilization,
                                                                   max_num_seqs)
     load_mtp = engine_memory.loads_mtp(engine, load_mtp)
+    tower_skipped = engine_memory.vision_tower_skipped(profile, engine)
+    if tower_skipped:
+        profile, tiers = without_vision_tower(profile, tiers)
     block_size = block_size or engine_memory.default_block_size(engine["platform"], bool(profile.get("mla")),
                                                                 engine.get("version"))
     validate_request(profile, tiers, gpus, gpu_memory_utilization, kv_cache_dtype, block_size,
@@ -544,6 +590,8 @@ def plan(profile, tiers, gpus, gpu_memory_utilization=None, kv_cache_dtype="auto
     _require(1 <= min_max_num_seqs <= max_num_seqs,
              "need 1 <= min_max_num_seqs (%s) <= max_num_seqs (%s)" % (min_max_num_seqs, max_num_seqs))
 
+    requested_kv_dtype = kv_cache_dtype
+    kv_cache_dtype = engine_memory.checkpoint_kv_cache_dtype(profile, kv_cache_dtype, (engine or {}).get("version"))
     pp = pipeline_parallel_size or 1
     tp = len(gpus) // pp if tensor_parallel_size is None else tensor_parallel_size
     check_pipeline_parallel(profile, pp, tp, len(gpus))
@@ -563,11 +611,13 @@ def plan(profile, tiers, gpus, gpu_memory_utilization=None, kv_cache_dtype="auto
         "gpu_memory_utilization_requested": gpu_memory_utilization,
         "utilization_note": util_reason,
         "kv_cache_dtype": kv_cache_dtype,
+        "kv_cache_dtype_source": "checkpoint" if kv_cache_dtype != requested_kv_dtype else "request",
         "free_gib_per_gpu": [gib(g["free"]) for g in used],
         "skipped_tiers": skipped,
         "active_params_b": round((params.get("active") or 0) / 1e9, 2),
         "total_params_b": round(params["total"] / 1e9, 2),
         "mtp_params_b": round((params.get("mtp") or 0) / 1e9, 2),
+        "vision_tower_skipped": tower_skipped,
         "engine": engine_summary(engine),
         "ladder": [],
     }

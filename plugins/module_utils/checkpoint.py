@@ -22,6 +22,8 @@ import os
 import re
 import struct
 
+from ansible_collections.hy3.fleet.plugins.module_utils.model_config import ATTENTION_KINDS
+
 # Bits per element of each safetensors dtype.
 DTYPE_BITS = {
     "BOOL": 8, "U8": 8, "I8": 8, "F8_E4M3": 8, "F8_E5M2": 8, "F8_E8M0": 8, "I16": 16, "U16": 16, "F16": 16,
@@ -30,6 +32,10 @@ DTYPE_BITS = {
 }
 # Nominal weight bits of a checkpoint whose linear weights are stored in this dtype.
 WEIGHT_DTYPE_BITS = {"BF16": 16, "F16": 16, "F32": 32, "F8_E4M3": 8, "F8_E5M2": 8, "F4": 4, "I8": 8}
+# The floating dtypes an unquantized checkpoint's tensors are cast from: vLLM builds every parameter in the
+# served dtype (--dtype) and copies the file's tensor into it, so an F32 checkpoint served in bfloat16 takes half
+# its files' bytes on the GPU, and a bfloat16 one served in float32 twice.
+FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
 MAX_HEADER_BYTES = 100 * 1000 * 1000      # the safetensors format's own limit
 INDEX_NAME = "model.safetensors.index.json"
 # vLLM pads the vocabulary to a multiple of 64 before splitting it over ranks
@@ -172,6 +178,15 @@ MTP_MODULE_PREFIXES = ("mtp.", "model.mtp_layers.")
 MTP_SHARED_COPIES = re.compile(r"(embed_tokens|shared_head\.head)\.weight$")
 
 
+# A multimodal checkpoint's encoder tower and its projector into the language model, by top-level module (Qwen-VL's
+# visual., LLaVA / Gemma 3 / Mistral 3's vision_tower. and multi_modal_projector., Llama 4 / InternVL's vision_model.
+# and mlp1., Gemma 4's embed_vision., MiniCPM-V's vpm. and resampler., Keye's mlp_AR.; under model. in newer exports,
+# thinker. in Qwen2.5-Omni's). vLLM builds
+# none of it when the engine takes no image or video input (engine_memory.vision_tower_skipped).
+TOWER_TENSORS = re.compile(r"^(?:model\.|thinker\.)?(?:visual|vision_tower|vision_model|vision_encoder|multi_modal_projector|"
+                           r"mm_projector|embed_vision|mlp1|mlp_AR|vpm|resampler)\.")
+
+
 def mtp_prefixes(num_hidden_layers, count=8):
     """Name prefixes of next-token-prediction layers: numbered after the model's own (DeepSeek-V3 layout), or in a
     module of their own (MTP_MODULE_PREFIXES)."""
@@ -222,12 +237,14 @@ class _Kinds(dict):
         return value
 
 
-def summarize(tensors, num_hidden_layers, tp=1, kv_heads=None, packed_bits=4):
+def summarize(tensors, num_hidden_layers, tp=1, kv_heads=None, packed_bits=4, served_float_bytes=None):
     """Header facts over {name: (shard, dtype, shape, nbytes)}.
 
     params / params_mtp: parameters (quantization side tensors left out, packed int words unpacked);
-    data_bytes / mtp_bytes; bytes_by_dtype; weight_bytes_per_rank / mtp_bytes_per_rank for tp ranks;
-    weight_dtype (dtype of most linear-weight bytes, "packed" for GPTQ/AWQ) and its nominal bits.
+    data_bytes / mtp_bytes (the files'); bytes_by_dtype; weight_bytes_per_rank / mtp_bytes_per_rank for tp ranks
+    as loaded: with served_float_bytes (an unquantized checkpoint's served dtype) its floating tensors at that size
+    (FLOAT_DTYPES); tower_bytes_per_rank, the multimodal tower's part of them (TOWER_TENSORS); weight_dtype (dtype
+    of most linear-weight bytes, "packed" for GPTQ/AWQ) and its nominal bits (the served dtype's where it casts them).
     MTP tensors are those of layers numbered from num_hidden_layers on (DeepSeek-V3 layout) or under an MTP module
     (mtp_prefixes); their copies of the embedding and LM head are left out (vLLM shares the target's).
     """
@@ -238,33 +255,40 @@ def summarize(tensors, num_hidden_layers, tp=1, kv_heads=None, packed_bits=4):
         in_mtp = name.startswith(mtp_names)
         if in_mtp and MTP_SHARED_COPIES.search(name):
             continue            # freed at load: the drafter uses the target's
-        key = (_name_tail(name), dtype, nbytes, math.prod(shape), shape[0] if shape else None, len(shape) >= 2, in_mtp)
+        key = (_name_tail(name), dtype, nbytes, math.prod(shape), shape[0] if shape else None, len(shape) >= 2, in_mtp,
+               bool(TOWER_TENSORS.match(name)))
         groups[key] = groups.get(key, 0) + 1
     main, mtp = dict(params=0, bytes=0, per_rank=0), dict(params=0, bytes=0, per_rank=0)
-    by_dtype, linear_bytes = {}, {}
-    for (tail, dtype, nbytes, count, rows, matrix, in_mtp), tensors_in_group in groups.items():
+    by_dtype, linear_bytes, tower_per_rank = {}, {}, 0
+    for (tail, dtype, nbytes, count, rows, matrix, in_mtp, in_tower), tensors_in_group in groups.items():
         kind, aux, packed, linear = kinds[tail]
         part = mtp if in_mtp else main
         if not aux:
             part["params"] += tensors_in_group * (count * DTYPE_BITS[dtype] // packed_bits if packed else count)
         part["bytes"] += tensors_in_group * nbytes
-        part["per_rank"] += tensors_in_group * rank_share(kind, nbytes, tp, kv_heads, rows)
+        loaded = count * served_float_bytes if served_float_bytes and dtype in FLOAT_DTYPES else nbytes
+        share = tensors_in_group * rank_share(kind, loaded, tp, kv_heads, rows)
+        part["per_rank"] += share
+        tower_per_rank += share if in_tower else 0
         by_dtype[dtype] = by_dtype.get(dtype, 0) + tensors_in_group * nbytes
         if linear and (packed or matrix):
             key = "packed" if packed else dtype
             linear_bytes[key] = linear_bytes.get(key, 0) + tensors_in_group * nbytes
     out = {"params": main["params"], "params_mtp": mtp["params"], "data_bytes": main["bytes"],
-           "mtp_bytes": mtp["bytes"], "weight_bytes_per_rank": main["per_rank"], "mtp_bytes_per_rank": mtp["per_rank"]}
+           "mtp_bytes": mtp["bytes"], "weight_bytes_per_rank": main["per_rank"], "mtp_bytes_per_rank": mtp["per_rank"],
+           "tower_bytes_per_rank": tower_per_rank}
     dominant = max(linear_bytes, key=linear_bytes.get) if linear_bytes else None
-    out.update(bytes_by_dtype=by_dtype, weight_dtype=dominant,
-               bits=packed_bits if dominant == "packed" else WEIGHT_DTYPE_BITS.get(dominant))
+    bits = packed_bits if dominant == "packed" else WEIGHT_DTYPE_BITS.get(dominant)
+    if served_float_bytes and dominant in FLOAT_DTYPES:
+        bits = served_float_bytes * 8
+    out.update(bytes_by_dtype=by_dtype, weight_dtype=dominant, bits=bits)
     return out
 
 
 def profile_tensor_groups(profile, bits):
     """Header-less estimate: the profile's parameters grouped the way rank_share splits them.
 
-    Embeddings, norms and routers stay 16-bit (quantized checkpoints leave them unquantized);
+    Embeddings, norms, routers and a vision tower stay 16-bit (quantized checkpoints leave them unquantized);
     the linear layers take the tier's bits.  Returns [(kind, bytes, rows)] for rank_share.
     """
     hidden, layers = profile["hidden_size"], profile["num_hidden_layers"]
@@ -272,12 +296,17 @@ def profile_tensor_groups(profile, bits):
     moe = profile.get("moe")
     routers = (layers - len(moe["dense_layers"])) * hidden * moe["num_experts"] if moe else 0
     norms = 2 * hidden * layers + hidden
-    kv = 0 if profile.get("mla") else 2 * layers * hidden * profile["num_key_value_heads"] * profile["head_dim"]
-    linear = params["total"] - params["embedding"] - routers - norms - kv
+    kinds = profile.get("layer_types") or []
+    attention_layers = sum(1 for kind in kinds if kind in ATTENTION_KINDS) if kinds else layers
+    kv = 0 if profile.get("mla") else 2 * attention_layers * hidden * profile["num_key_value_heads"] * profile["head_dim"]
+    vision = params.get("vision") or 0
+    per_layer_inputs = profile.get("per_layer_input_params") or 0      # Gemma 4's, within the embedding count
+    linear = params["total"] - params["embedding"] - vision - routers - norms - kv
     vocab_tensors = 1 if profile["tie_word_embeddings"] else 2
     groups = [("vocab", profile["vocab_size"] * hidden * 2, profile["vocab_size"])] * vocab_tensors
     return groups + [("replicated", (routers + norms) * 2, None), ("kv", kv * bits // 8, None),
-                     ("split", linear * bits // 8, None)]
+                     ("split", linear * bits // 8, None), ("split", per_layer_inputs * 2, None),
+                     ("replicated" if profile.get("vision_replicated") else "split", vision * 2, None)]
 
 
 def estimated_bytes_per_rank(profile, bits, tp):

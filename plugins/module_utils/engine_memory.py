@@ -43,7 +43,8 @@ import math
 import re
 
 from ansible_collections.hy3.fleet.plugins.module_utils import kv_layout
-from ansible_collections.hy3.fleet.plugins.module_utils.model_config import VISION_QWEN2, VISION_QWEN3
+from ansible_collections.hy3.fleet.plugins.module_utils.checkpoint import VOCAB_PADDING
+from ansible_collections.hy3.fleet.plugins.module_utils.model_config import VISION_QWEN2, VISION_QWEN3, expert_width
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2
@@ -75,6 +76,11 @@ COPIES = {
                                           # v0.11.0 TP 2 profiling lines alone give 0.4)
     "tensor_parallel_pcie": 0.10 * GIB,  # the same between PCIe boards (PCIE_BOARDS): NCCL's PCIe channels
                                          # (an estimate; no corpus log prints it apart)
+    "unified_memory_host": 2.0 * GIB,  # on a GPU that shares the host's memory (UNIFIED_MEMORY_CAPABILITIES) the
+                                       # engine process's own host growth in its profile run (compilation, the
+                                       # Python heap, host buffers) is device memory too and lands in non-torch:
+                                       # set by hand on the corpus's six GB10 starts (v0.13, v0.18: 1.4 - 5.2 GiB
+                                       # beyond the other terms; 2 GiB puts five within)
     "graph_per_layer": 0.23 * MIB,    # each captured graph, per decoder layer: the piecewise graph's
                                       # per-layer pieces and their static buffers (median of the
                                       # "Estimated CUDA graph memory" lines in bench/kv_corpus)
@@ -84,8 +90,10 @@ COPIES = {
 # of three implementations: FlashInfer's kernels, or PyTorch's full sort of the logits (about 2.5 times the
 # bytes), or from LEAN_SAMPLER_SINCE a Triton kernel that does not sort (apply_top_k_top_p_triton, 0.17.0).
 # Before FLASHINFER_SAMPLER_OPT_IN_SINCE FlashInfer's is taken wherever the flashinfer package imports: an
-# optional extra of the vllm wheel ("flashinfer" in the METADATA of 0.10.1), so a plain pip install sorts; the
-# corpus's v0.10.1 logs show FlashInfer's amount where the install is not known. From then on FlashInfer's sampler
+# optional extra of the vllm wheel ("flashinfer" in the METADATA of 0.10.1), so a plain pip install sorts (its log
+# says "FlashInfer is not available. Falling back to the PyTorch-native implementation of top-p & top-k sampling",
+# the docker image's "Using FlashInfer for top-p & top-k sampling"). Where the host does not tell, the sort is
+# taken: the larger amount, the safe side, and what the pip installs print. From then on FlashInfer's sampler
 # is opt-in (VLLM_USE_FLASHINFER_SAMPLER=1; the source says so from 0.11.1, and the corpus's v0.11.0 docker-image
 # logs, FlashInfer inside, show the sort's amount already), so the engine sorts until LEAN_SAMPLER_SINCE; from
 # FLASHINFER_SAMPLER_DEFAULT_SINCE FlashInfer's is the default again (vLLM PR #40376, envs.py 0.21.0).
@@ -105,6 +113,14 @@ BASELINE_MOVED_SINCE = (0, 18, 0)
 # v0.15.1 -> v0.20.0 write-up, kaitakuai/experiments 2026-05/qwen3-235b-vllm020-240k, measures the
 # full 65536-token MoE workspace on 0.20 and names the PR).
 FUSED_MOE_CHUNK_TOKENS = 16 * 1024
+# From 0.11 the modular expert kernels keep their workspace and output in buffers shared by every layer
+# (modular_kernel.py SharedResizableBuffer, 0.11.0; the WorkspaceManager from 0.13), so they outlast the forward;
+# in 0.10 each call allocated them with torch.empty and freed them (modular_kernel.py, fused_moe.py 0.10.2). The
+# Triton experts of unquantized and fp8 checkpoints reach the modular kernel only from 0.14: before, their method
+# called the functional fused_experts, whose caches are per call (unquantized_fused_moe_method.py, fp8.py, 0.11 -
+# 0.13; self.kernel = FusedMoEModularKernel from 0.14.0).
+MOE_BUFFERS_KEPT_SINCE = (0, 11, 0)
+TRITON_MODULAR_SINCE = (0, 14, 0)
 FUSED_MOE_UNCHUNKED_SINCE = (0, 18, 0)
 # vLLM PR #38284 ("Enable CUDAGraph memory profiling by default", merged April 2026, in v0.20.0)
 # turned VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on by default (vllm/envs.py) and raised the default
@@ -127,9 +143,11 @@ FP8_BLOCK_TRITON_SINCE = (0, 17, 0)
 # OpenAI's Triton MXFP4 kernels ship inside the vLLM wheel (vllm.third_party.triton_kernels) from this version
 # (seen in 0.14.1; 0.11.0 needed the separate triton_kernels package).
 TRITON_KERNELS_BUNDLED_SINCE = (0, 14, 0)
-# GB10 (DGX Spark, capability 12.1) takes the small batch defaults whatever its memory (arg_utils.py
-# get_batch_defaults, 0.33.0).
-SMALL_TIER_GB10_SINCE = (0, 33, 0)
+# GB10 (DGX Spark, capability 12.1) takes the small batch defaults whatever its memory: by name from 0.33
+# (arg_utils.py get_batch_defaults, 0.33.0), and before because NVML has no memory figures for its unified memory
+# (nvmlDeviceGetMemoryInfo is not supported), so get_batch_defaults' query fails and it takes 0 bytes (0.19.0);
+# the corpus's GB10 starts on 0.13 and 0.18 print the small tier's 2048 batched tokens.
+SMALL_TIER_CAPABILITIES = ((12, 1),)
 # Sliding-window KV groups reserve room for every batch in flight from this version (VllmConfig.max_in_flight_tokens
 # and SlidingWindowSpec.max_admission_blocks_per_request, vllm/config/vllm.py and v1/kv_cache_interface.py 0.26.0;
 # 0.25.1 reserves one batch): in_flight_tokens.
@@ -244,6 +262,24 @@ def _parse_version(text):
     return tuple(int(part or 0) for part in match.groups())
 
 
+# Since when vLLM runs --kv-cache-dtype auto as the KV cache a checkpoint was quantized for, by its quantization
+# method: a ModelOpt export's from 0.14 (utils/torch_utils.py resolve_kv_cache_dtype_string, called from
+# engine/arg_utils.py), an llm-compressor one's kv_cache_scheme from 0.22 (layers/attention/attention.py: "Honor
+# it only when the user did not explicitly pick a kv_cache_dtype"; absent in 0.21).
+CHECKPOINT_KV_DTYPE_SINCE = {"modelopt": (0, 14, 0), "compressed-tensors": (0, 22, 0)}
+
+
+def checkpoint_kv_cache_dtype(profile, requested, version):
+    """The KV cache dtype the engine runs: the one requested, or for auto the checkpoint's own (model_config reads
+    it) from the version CHECKPOINT_KV_DTYPE_SINCE gives its quantization method."""
+    quant = profile.get("quantization") or {}
+    own, method = quant.get("kv_cache_dtype"), str(quant.get("method") or "")
+    since = CHECKPOINT_KV_DTYPE_SINCE.get("modelopt" if method.startswith("modelopt") else method)
+    if requested != "auto" or not own or not since or engine_version(version) < since:
+        return requested
+    return own
+
+
 def engine_defaults(version, gpu_name, gpu_total_bytes):
     """The engine's own defaults for the knobs that move the overhead, for this version and GPU.
 
@@ -267,7 +303,7 @@ def engine_defaults(version, gpu_name, gpu_total_bytes):
         batched, seqs = 2048, 256
     if ver < (0, 10, 0):
         batched, seqs = max(batched, 2048), 256
-    if ver >= SMALL_TIER_GB10_SINCE and gpu_capability(gpu_name) == (12, 1):
+    if gpu_capability(gpu_name) in SMALL_TIER_CAPABILITIES:
         batched, seqs = 2048, 256           # GB10 (DGX Spark): unified memory, the small tier whatever its size
     extensible = ver >= EXTENSIBLE_KV_CACHE_SINCE
     return {
@@ -344,7 +380,7 @@ CONFIG_OWNED = {
     "api-key": "VLLM_API_KEY in the engine's environment", "nnodes": "hy3_node_group", "node-rank": "hy3_node_group",
     "master-addr": "hy3_node_address", "master-port": "hy3_node_group_port", "headless": "hy3_node_group"}
 # Keys (and dotted sub-keys of them) that move the engine's memory in ways the budget does not model: said, not
-# refused. The calibration key carries what the budget does model of a further config, not these.
+# refused, and named in the calibration key (unmodelled_config) so that only engines run with them calibrate each other.
 CONFIG_NOT_MODELLED = ("kv-transfer-config", "compilation-config", "cpu-offload-gb",
                        "num-gpu-blocks-override", "mm-processor-kwargs", "mm-encoder-tp-mode", "mamba-cache-dtype", "mamba-cache-mode",
                        "mamba-block-size", "use-replayssm", "disable-hybrid-kv-cache-manager", "attention-backend",
@@ -394,12 +430,15 @@ def config_settings(config, version=None):
         elif flag.split(".", 1)[0] in CONFIG_NOT_MODELLED:
             warnings.append("%s changes the engine's memory in ways the budget does not model; the engine's own "
                             "numbers (calibration) will tell" % raw)
+            # in the calibration key: an engine run with it measures for engines run with it alone
+            settings.setdefault("unmodelled_config", {})[flag] = _config_text(value)
     return settings, problems, warnings
 
 
 # Settings of a further config that move the engine's overhead (not only its KV layout): the calibration key names them.
 OVERHEAD_CONFIG_SETTINGS = ("async_scheduling", "max_cudagraph_capture_size", "num_speculative_tokens",
-                            "speculative_method", "mm_limits", "language_model_only", "skip_mm_profiling")
+                            "speculative_method", "mm_limits", "language_model_only", "skip_mm_profiling",
+                            "unmodelled_config")
 
 
 def overhead_config_key(settings, profile=None):
@@ -412,6 +451,11 @@ def overhead_config_key(settings, profile=None):
     if batch:
         parts.append("encoder=%s:%dx%d" % batch)
     return ",".join(parts)
+
+
+def _config_text(value):
+    """A further-config value as one stable piece of text (a mapping's keys sorted)."""
+    return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else str(value)
 
 
 def _key_text(value):
@@ -678,21 +722,22 @@ def sorting_sampler(version, flashinfer_sampler=None):
     FlashInfer's or, from LEAN_SAMPLER_SINCE, the Triton kernel.
 
     flashinfer_sampler: True where the engine samples with FlashInfer, False where it cannot or does not, None
-    when not known (flashinfer_sampler()): then FlashInfer's before FLASHINFER_SAMPLER_OPT_IN_SINCE, the sort
-    from it."""
+    when not known (flashinfer_sampler()): then the sort (before FLASHINFER_SAMPLER_OPT_IN_SINCE the safe side,
+    from it the default)."""
     ver = engine_version(version)
     if ver >= LEAN_SAMPLER_SINCE:
         return False
     if flashinfer_sampler is not None:
         return not flashinfer_sampler
-    return ver >= FLASHINFER_SAMPLER_OPT_IN_SINCE
+    return True
 
 
 def flashinfer_sampler(version, environment=None, flashinfer_installed=None):
     """Whether the engine samples with FlashInfer, from what the host tells: False without flashinfer-python;
     VLLM_USE_FLASHINFER_SAMPLER where the engine's environment sets it (vLLM reads it as an integer); else the
-    version's default (opt-in from FLASHINFER_SAMPLER_OPT_IN_SINCE, default from FLASHINFER_SAMPLER_DEFAULT_SINCE)
-    and None before, where an installed package is used only if it imports, which the host does not tell."""
+    version's default (opt-in from FLASHINFER_SAMPLER_OPT_IN_SINCE, default from FLASHINFER_SAMPLER_DEFAULT_SINCE);
+    before the opt-in an installed package is used (it imports wherever the host installed it for this engine),
+    and None where the host does not say whether it is installed."""
     if flashinfer_installed is False:
         return False
     setting = _integer((environment or {}).get("VLLM_USE_FLASHINFER_SAMPLER"))
@@ -703,7 +748,7 @@ def flashinfer_sampler(version, environment=None, flashinfer_installed=None):
         return True
     if ver >= FLASHINFER_SAMPLER_OPT_IN_SINCE:
         return False
-    return None
+    return True if flashinfer_installed else None
 
 
 def _integer(value):
@@ -798,6 +843,17 @@ def drafter_buffer_bytes(profile, settings, act_bytes=2):
 
 
 def moe_workspace_parts(profile, tp, settings, act_bytes=2):
+    """(kept, per call) expert-kernel buffers (expert_workspace_parts); before MOE_BUFFERS_KEPT_SINCE every call
+    allocated its own and freed them, and Triton's experts did so until TRITON_MODULAR_SINCE, so nothing is kept."""
+    kept, per_call = expert_workspace_parts(profile, tp, settings, act_bytes)
+    version = _version(settings)
+    triton = moe_backend(profile, settings) == MOE_TRITON if _moe(profile) else False
+    if version < MOE_BUFFERS_KEPT_SINCE or (triton and version < TRITON_MODULAR_SINCE):
+        return 0, kept + per_call
+    return kept, per_call
+
+
+def expert_workspace_parts(profile, tp, settings, act_bytes=2):
     """The expert kernels' buffers over one batch of max_num_batched_tokens tokens, by kernel family (moe_backend),
     on one rank, as (kept, per call): those that stay allocated once the forward has made them (the
     modular kernels' workspace and output, held by vLLM's workspace cache), and those each call allocates and
@@ -810,7 +866,7 @@ def moe_workspace_parts(profile, tp, settings, act_bytes=2):
         return 0, 0
     tokens = settings["max_num_batched_tokens"]
     inter = moe["moe_intermediate_size"] // _expert_split(settings, tp)
-    hidden, top_k = profile["hidden_size"], moe["num_experts_per_tok"]
+    hidden, top_k = expert_width(profile), moe["num_experts_per_tok"]
     chunk = tokens
     if _version(settings) < FUSED_MOE_UNCHUNKED_SINCE and not settings.get("expert_parallel"):
         chunk = min(tokens, FUSED_MOE_CHUNK_TOKENS)
@@ -869,7 +925,8 @@ def quantized_experts(profile, settings):
 
 
 # Compute capability by GPU name (the part of the name that identifies it, lower case).
-GPU_CAPABILITY = (("gb10", (12, 1)), ("b300", (10, 3)), ("gb300", (10, 3)), ("b200", (10, 0)), ("gb200", (10, 0)),
+GPU_CAPABILITY = (("gb10", (12, 1)), ("thor", (11, 0)), ("orin", (8, 7)), ("b300", (10, 3)), ("gb300", (10, 3)),
+                  ("b200", (10, 0)), ("gb200", (10, 0)),
                   ("h100", (9, 0)), ("h200", (9, 0)), ("h20", (9, 0)), ("gh200", (9, 0)), ("h800", (9, 0)),
                   ("rtx pro 6000", (12, 0)), ("5090", (12, 0)), ("l40", (8, 9)), ("l4", (8, 9)), ("4090", (8, 9)),
                   ("4060", (8, 9)), ("ada", (8, 9)), ("a100", (8, 0)), ("a800", (8, 0)), ("a30", (8, 0)),
@@ -897,6 +954,22 @@ def _gpu_capability(name):
 # _canonicalize_sparse_mla_kv_cache_dtype and platforms/cuda.py backend priorities, 0.29.0). IndexCache (no indexer
 # on the layers index_topk_freq / index_topk_pattern skip) from 0.24; every layer builds one before.
 INDEX_CACHE_SINCE = (0, 24, 0)
+
+
+# From 0.25 a sliding-window layer chooses its own block, decoupled from --block-size (which then sizes the full-
+# attention layers alone): the attention backend's smallest kernel block, 16 tokens for Triton, FlashAttention,
+# FlashInfer and FlexAttention (model_executor/layers/attention/attention.py get_kv_cache_spec,
+# _largest_kernel_block_within; absent in 0.24.0). Page unification then grows it by the ratio to the largest page,
+# or pads its page where the ratio is not whole (Gemma 4 at --block-size 48: a third of its sliding pages empty).
+SLIDING_OWN_BLOCK_SINCE = (0, 25, 0)
+SLIDING_KERNEL_BLOCK = 16
+
+
+def attention_start_blocks(settings):
+    """kv_layout.layout's start_blocks: {kind: block} of the layer kinds that do not start at --block-size."""
+    if engine_version(settings.get("version")) >= SLIDING_OWN_BLOCK_SINCE:
+        return {kv_layout.SLIDING: SLIDING_KERNEL_BLOCK}
+    return {}
 
 
 def sparse_mla_policy(settings, kv_dtype_bytes):
@@ -929,7 +1002,7 @@ def moe_backend(profile, settings):
     method, bits = _quant_method(profile), quant.get("bits", 16)
     if method == "mxfp4":
         return _mxfp4_moe_backend(settings)
-    if "fp4" in method or method == "modelopt":
+    if "fp4" in method or (method == "modelopt" and bits < 8):
         return MOE_OTHER
     if _fp8_experts(profile):
         return _fp8_moe_backend(profile, settings)
@@ -1053,11 +1126,28 @@ def extensible_margin_bytes(settings, tp, spare, transient_peak):
 
 
 def non_torch_bytes(profile, tp, settings):
-    """Buffers outside the forward that the profile run leaves behind: runtime workspaces, and the
+    """Buffers outside the forward that the profile run leaves behind: runtime workspaces, the
     NCCL / all-reduce buffers first touched there when tp > 1 (engines since about 0.11 take the
-    baseline after NCCL's init, so its lazy buffers land here)."""
+    baseline after NCCL's init, so its lazy buffers land here), and on a unified-memory GPU the process's
+    host growth."""
     return int(runtime_bytes(settings.get("version")) + tensor_parallel_bytes(
-        tp, settings.get("version"), settings.get("gpu_name"), settings.get("nvlink")))
+        tp, settings.get("version"), settings.get("gpu_name"), settings.get("nvlink"))
+        + unified_memory_bytes(settings.get("gpu_name")))
+
+
+# GPUs whose memory is the host's (GB10 / DGX Spark 12.1, Jetson Thor 11.0, Jetson Orin 8.7; vLLM's mem_utils
+# list): cudaMemGetInfo, which vLLM's memory snapshots read, counts every allocation of the system, the engine's
+# host side included.
+UNIFIED_MEMORY_CAPABILITIES = ((12, 1), (11, 0), (8, 7))
+
+
+def unified_memory(gpu_name):
+    return gpu_capability(gpu_name) in UNIFIED_MEMORY_CAPABILITIES
+
+
+def unified_memory_bytes(gpu_name):
+    """The engine's host growth in its profile run that a unified-memory GPU counts as non-torch (COPIES)."""
+    return int(COPIES["unified_memory_host"]) if unified_memory(gpu_name) else 0
 
 
 def runtime_bytes(version):
@@ -1213,6 +1303,47 @@ QWEN2_VIDEO_MAX_FRAME_PAIRS = 7
 DEFAULT_MM_LIMIT = 999
 
 
+# vLLM builds no multimodal tower, and loads none of its weights, when the engine takes no input the tower encodes:
+# with --language-model-only from 0.17 (which limits every modality to 0), and where every modality of the tower is
+# limited to 0 by --limit-mm-per-prompt - from 0.15 in the classes that mark their tower
+# (model_executor/models/interfaces.py _mark_tower_model: most of them), before 0.15 only in those that checked the
+# limits themselves (0.10.2 - 0.14 wheels: llava, mistral3, mllama4, step3_vl, qwen2_vl, qwen2_5_vl,
+# qwen2_5_omni_thinker; qwen3_vl and qwen3_vl_moe from 0.11; pixtral, opencua and hunyuan_vision from 0.12; keye
+# reads the limits but always builds its tower).
+TOWER_SKIPPED_SINCE = (0, 15, 0)
+LANGUAGE_MODEL_ONLY_SINCE = (0, 17, 0)
+TOWER_SKIPPED_EARLY = {
+    (0, 10, 0): ("LlavaForConditionalGeneration", "Mistral3ForConditionalGeneration", "Llama4ForConditionalGeneration",
+                 "Step3VLForConditionalGeneration", "Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration",
+                 "Qwen2_5OmniModel", "Qwen2_5OmniThinkerForConditionalGeneration"),
+    (0, 11, 0): ("Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration"),
+    (0, 12, 0): ("PixtralForConditionalGeneration", "OpenCUAForConditionalGeneration", "HunYuanVLForConditionalGeneration"),
+}
+# The modalities a tower is taken to encode: a tower is skipped only when both are limited to 0 (a model whose tower
+# reads images only is skipped by vLLM with the image limit alone; counting its weights then errs on the safe side).
+# Kimi-K2.5 marks its tower under a modality of its own (kimi_k25.py "vision_chunk") and only from 0.16.
+TOWER_MODALITIES = ("image", "video")
+TOWER_MODALITIES_BY_ARCHITECTURE = {"KimiK25ForConditionalGeneration": ("vision_chunk",)}
+TOWER_MARKED_LATE = {"KimiK25ForConditionalGeneration": (0, 16, 0)}
+
+
+def vision_tower_skipped(profile, settings):
+    """Why the engine builds no multimodal tower (a phrase), or None when it builds the one the model has."""
+    if not (profile.get("params") or {}).get("vision"):
+        return None
+    version = engine_version(settings.get("version"))
+    if settings.get("language_model_only") and version >= LANGUAGE_MODEL_ONLY_SINCE:
+        return "--language-model-only"
+    architecture = profile.get("architecture")
+    modalities = TOWER_MODALITIES_BY_ARCHITECTURE.get(architecture, TOWER_MODALITIES)
+    limits = settings.get("mm_limits") or {}
+    if any(limits.get(modality, DEFAULT_MM_LIMIT) > 0 for modality in modalities):
+        return None
+    marked = version >= max(TOWER_SKIPPED_SINCE, TOWER_MARKED_LATE.get(architecture, TOWER_SKIPPED_SINCE))
+    early = any(architecture in archs and version >= since for since, archs in TOWER_SKIPPED_EARLY.items())
+    return "--limit-mm-per-prompt 0 for %s" % " and ".join(modalities) if marked or early else None
+
+
 def encoder_dummy_batch(vision, settings):
     """(modality, tokens an item, items) of the encoder's dummy batch, or None when the engine profiles no encoder
     (text-only model, --language-model-only, --skip-mm-profiling, every modality limited to 0). The modality is the
@@ -1323,6 +1454,31 @@ def cudagraph_counted(profile, settings):
                 and engine_version(version) < V2_CUDAGRAPH_ESTIMATED_SINCE)
 
 
+# A cold torch.compile runs inside the profile's memory window (the first forward compiles), and from 0.29 its peak
+# is charged as activation memory (vLLM issues 54122, 54383: a first boot is granted less KV cache than the same boot
+# with a warm compile cache; no fix through 0.34): Inductor's benchmarking of the combo kernels vLLM turns on
+# (config/compilation.py combo_kernels, benchmark_combo_kernel) allocates full-size copies of a kernel's arguments,
+# the input embedding table among them when it is in the compiled graph (a text-only run). It comes before the first
+# MoE layer allocates the expert kernels' workspace, which the profile then keeps, so it shows only by what it
+# exceeds that workspace. Measured on public v0.29 cold starts: 1.14 GiB charged for Qwen3-8B-FP8's 1.16 GiB
+# table, 1.23 GiB for Gemma-4-26B-A4B's 1.375 GiB beside its 0.17 GiB workspace; at 16,384 batched tokens the
+# workspace (1.375 GiB) hides it, and an eager run has none. A boot with a warm compile cache has none: it gets more
+# KV cache than budgeted (the safe side), and a fleet's first boots, each cold, calibrate one another.
+COLD_COMPILE_CHARGED_SINCE = (0, 29, 0)
+
+
+def cold_compile_bytes(profile, tp, settings, act_bytes=2):
+    """The input embedding table of one rank while a cold torch.compile benchmarks its kernels, where that is inside
+    the profile's window (COLD_COMPILE_CHARGED_SINCE): a compiled, text-only run (a multimodal run embeds outside the
+    compiled graph) on the first pipeline stage, on a GPU (vLLM turns combo kernels on there only); 0 otherwise."""
+    if (settings.get("enforce_eager") or not settings.get("first_pp_stage", True) or settings.get("platform") == "cpu"
+            or engine_version(settings.get("version")) < COLD_COMPILE_CHARGED_SINCE
+            or (profile.get("params") or {}).get("vision")):
+        return 0
+    rows = kv_layout.cdiv(kv_layout.cdiv(profile["vocab_size"], VOCAB_PADDING) * VOCAB_PADDING, tp)
+    return rows * profile["hidden_size"] * act_bytes
+
+
 def _profile_peak(forward, sampler, kept, per_call):
     """(the profile run's torch peak, the expert kernels' share beyond it): the per-call expert buffers raise the peak
     only by what the forward with them outgrows the sampler phase."""
@@ -1335,7 +1491,8 @@ def overhead(profile, tp, settings):
 
     settings: version, gpu_name, max_num_batched_tokens, max_num_seqs, enforce_eager, cudagraph_counted,
     expert_parallel, flashinfer_sampler (sorting_sampler), act_bytes (activation dtype size), last_pp_stage (False for a pipeline stage
-    before the last: no sampler in its profile run).
+    before the last: no sampler in its profile run), first_pp_stage (False for a stage after the first: no embedding
+    table in its compiled graph, cold_compile_bytes).
     """
     act = settings.get("act_bytes") or 2
     graphs = 0
@@ -1360,6 +1517,9 @@ def overhead(profile, tp, settings):
         "activation_peak": peak,
         "sampler_state": sampler_state_bytes(profile, seqs, settings.get("version"), drafter) if last_stage else 0,
         "moe_workspace": experts,
+        # the compile's peak counts only by what it exceeds the profile's own peaks (the drafter's phase included) and
+        # the workspace kept after it
+        "cold_compile": max(0, cold_compile_bytes(profile, tp, settings, act) - peak - experts - speculative),
         "speculative": speculative,
         "encoder_profile": encoder_profile_bytes(profile, tp, settings, peak + experts, act),
         "non_torch": non_torch_bytes(profile, tp, settings),

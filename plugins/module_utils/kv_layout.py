@@ -45,6 +45,9 @@ FULL = "full_attention"
 SLIDING = "sliding_attention"
 LINEAR = "linear_attention"
 NO_CACHE = "no_cache"
+# A layer that attends over an earlier layer's cache and keeps none of its own (vLLM kv_sharing_target_layer_name:
+# Gemma 3n / Gemma 4's last num_kv_shared_layers).
+KV_SHARED = "kv_shared"
 # Families of the fixed per-request state of linear-attention / mamba layers (vLLM's MambaStateShapeCalculator).
 STATE_MAMBA1, STATE_MAMBA2, STATE_GATED_DELTA_NET, STATE_SHORT_CONV = "mamba1", "mamba2", "gated_delta_net", "short_conv"
 # Mamba cache modes (vllm/config/cache.py MambaCacheMode): one state a request, two (prefix caching, "align"), or one
@@ -72,18 +75,29 @@ def kv_heads_per_rank(num_kv_heads, tp):
     return max(1, num_kv_heads // tp)
 
 
-def attention_page_bytes(profile, tp, dtype_bytes, block_size, packed_latent=None):
-    """Bytes of one page (block_size tokens) of one attention layer on one rank. packed_latent: whether a sparse-MLA
+def attention_page_bytes(profile, tp, dtype_bytes, block_size, packed_latent=None, kind=FULL):
+    """Bytes of one page (block_size tokens) of one attention layer of this kind on one rank (a kind may have its
+    own KV heads and head size: profile kv_shapes, Gemma 4's full layers). packed_latent: whether a sparse-MLA
     latent takes the packed fp8 layout (engine_memory.sparse_mla_policy; unset, whenever the cache is fp8)."""
     mla = profile.get("mla")
     if mla:
         if mla.get("indexer") and (dtype_bytes == 1 if packed_latent is None else packed_latent):
             return block_size * FP8_DS_MLA_BYTES
         return block_size * (mla["kv_lora_rank"] + mla["qk_rope_head_dim"]) * dtype_bytes
-    heads = kv_heads_per_rank(profile["num_key_value_heads"], tp)
-    head_size = profile["head_dim"]
-    head_size_v = profile.get("v_head_dim") or head_size
+    shape = (profile.get("kv_shapes") or {}).get(kind) or {}
+    heads = kv_heads_per_rank(shape.get("num_key_value_heads") or profile["num_key_value_heads"], tp)
+    head_size = shape.get("head_dim") or profile["head_dim"]
+    head_size_v = head_size if shape.get("head_dim") else (profile.get("v_head_dim") or head_size)
     return block_size * heads * (head_size + head_size_v) * dtype_bytes
+
+
+def unified_block_sizes(pages, start_blocks):
+    """{kind: tokens a block holds} once vLLM gives every attention layer one page size: the largest page keeps its
+    block, a smaller page that divides it grows its block by the ratio, one that does not keeps its block and is
+    padded to it (vllm/v1/core/kv_cache_utils.py unify_kv_cache_spec_page_size, 0.29.0). pages: {kind: bytes of a
+    page of the kind's starting block}; start_blocks: {kind: that block}."""
+    largest = max(pages.values())
+    return {kind: start_blocks[kind] * (largest // page if largest % page == 0 else 1) for kind, page in pages.items()}
 
 
 def linear_state_bytes(profile, tp, conv_bytes=2, ssm_bytes=2, spec_tokens=0):
@@ -134,7 +148,7 @@ def _kind_counts(types):
     model thousands of times (the hottest line of a 10,000-host budget)."""
     counts = {}
     for kind in types:
-        if kind == NO_CACHE:
+        if kind in (NO_CACHE, KV_SHARED):
             continue
         kind = kind if kind in (SLIDING, LINEAR) else FULL
         counts[kind] = counts.get(kind, 0) + 1
@@ -206,14 +220,21 @@ def states_per_request(cache_mode, max_model_len, block_size, spec_tokens=0):
 
 
 def layout(profile, tp, dtype_bytes, block_size, max_model_len, in_flight_tokens, draft_layers=0, state_policy=None,
-           mla_policy=None):
+           mla_policy=None, start_blocks=None):
     """The rank's KV layout: bytes per block across a group, groups, blocks one request needs.
     in_flight_tokens: the tokens a sliding-window group keeps beyond its window (max_num_batched_tokens on
     engines before 0.26). state_policy: how linear-attention / mamba state is kept (DEFAULT_STATE_POLICY's keys;
-    engine_memory.linear_state_policy). mla_policy: how sparse MLA is kept (engine_memory.sparse_mla_policy)."""
+    engine_memory.linear_state_policy). mla_policy: how sparse MLA is kept (engine_memory.sparse_mla_policy).
+    start_blocks: {kind: block} for kinds that do not start at block_size (engine_memory.attention_start_blocks)."""
     counts = layer_kinds(profile, draft_layers)
+    if not counts:
+        return cache_free_layout(block_size, max_model_len)
     mla_policy = mla_policy or {}
-    page = attention_page_bytes(profile, tp, dtype_bytes, block_size, mla_policy.get("packed_latent"))
+    starts = {kind: (start_blocks or {}).get(kind, block_size) for kind in counts if kind != LINEAR}
+    pages = {kind: attention_page_bytes(profile, tp, dtype_bytes, start, mla_policy.get("packed_latent"), kind)
+             for kind, start in starts.items()}
+    page = max(pages.values()) if pages else 0
+    kind_blocks = unified_block_sizes(pages, starts) if pages else {}
     policy = dict(DEFAULT_STATE_POLICY, **(state_policy or {}))
     report_block = block_size
     if is_hybrid(profile):
@@ -221,6 +242,7 @@ def layout(profile, tp, dtype_bytes, block_size, max_model_len, in_flight_tokens
         token = attention_page_bytes(profile, tp, dtype_bytes, 1, mla_policy.get("packed_latent"))
         block_size = report_block = hybrid_block_size(token, state, block_size, policy)
         page = block_size * token            # the state is padded to the attention page
+        kind_blocks = dict.fromkeys(kind_blocks, block_size)
         if policy["cache_mode"] == CACHE_NONE:
             # a mamba group's block is max_model_len then; older engines report tokens in the smallest block
             report_block = min(block_size, max_model_len)
@@ -231,7 +253,8 @@ def layout(profile, tp, dtype_bytes, block_size, max_model_len, in_flight_tokens
     states = states_per_request(policy["cache_mode"], max_model_len, block_size, policy["spec_tokens"])
     per_request = sum(
         n * (states if kind == LINEAR else
-             blocks_per_request(kind, max_model_len, block_size, profile.get("sliding_window") or 0, in_flight_tokens))
+             blocks_per_request(kind, max_model_len, kind_blocks[kind], profile.get("sliding_window") or 0,
+                                in_flight_tokens))
         for kind, n in groups.items())
     return {
         "page_bytes": page,
@@ -248,8 +271,19 @@ def layout(profile, tp, dtype_bytes, block_size, max_model_len, in_flight_tokens
     }
 
 
+def cache_free_layout(block_size, max_model_len):
+    """The layout of a rank whose layers hold no KV cache (a pipeline stage of DeciLM's attention-free layers or of
+    Gemma 4's KV-shared ones): no page, no block a request needs."""
+    return {"page_bytes": 0, "group_size": 0, "groups": 0, "groups_by_kind": {}, "layers_by_kind": {},
+            "bytes_per_block": 0, "blocks_per_request": 0, "block_size": block_size, "report_block_size": block_size,
+            "max_model_len": max_model_len}
+
+
 def capacity(kv_layout, available_bytes, tokens_from_concurrency=True):
-    """What the engine reports for ``available_bytes``: blocks, tokens and maximum concurrency."""
+    """What the engine reports for ``available_bytes``: blocks, tokens and maximum concurrency (None for a rank that
+    holds no KV cache: it bounds none of them)."""
+    if not kv_layout["bytes_per_block"]:
+        return {"num_blocks": None, "tokens": None, "max_concurrency": None}
     if available_bytes <= 0:
         return {"num_blocks": 0, "tokens": 0, "max_concurrency": 0.0}
     num_blocks = available_bytes // kv_layout["bytes_per_block"]
@@ -265,5 +299,5 @@ def bytes_for_requests(kv_layout, requests):
 
 
 def bytes_per_token(kv_layout):
-    """Average KV bytes one token of a max-length request costs on this rank (for reports)."""
+    """Average KV bytes one token of a max-length request costs on this rank (for reports; 0 without a cache)."""
     return bytes_for_requests(kv_layout, 1) / float(kv_layout["max_model_len"])

@@ -32,6 +32,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import os
 
 from ansible_collections.hy3.fleet.plugins.module_utils import kv_layout
 
@@ -39,10 +40,18 @@ from ansible_collections.hy3.fleet.plugins.module_utils import kv_layout
 FIELD_ALIASES = {
     "num_experts": ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts"),
     "num_experts_per_tok": ("num_experts_per_tok", "moe_topk", "num_experts_per_token", "experts_per_token", "top_k",
-                            "moe_k"),
+                            "moe_k", "top_k_experts"),
     "num_shared_experts": ("num_shared_experts", "n_shared_experts", "num_shared_expert"),
     "moe_intermediate_size": ("moe_intermediate_size", "expert_intermediate_size", "expert_hidden_dim"),
     "dtype": ("dtype", "torch_dtype"),
+    # GPT-2 / GPT-J / BLOOM / Falcon / OPT / ChatGLM name the decoder's shape their own way
+    "hidden_size": ("hidden_size", "n_embd", "d_model"),
+    "num_hidden_layers": ("num_hidden_layers", "n_layer", "n_layers", "num_layers"),
+    "num_attention_heads": ("num_attention_heads", "n_head", "n_heads"),
+    "num_key_value_heads": ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num"),
+    "intermediate_size": ("intermediate_size", "ffn_hidden_size", "ffn_dim", "n_inner"),
+    "head_dim": ("head_dim", "kv_channels"),
+    "vocab_size": ("vocab_size", "padded_vocab_size"),
     "num_nextn_predict_layers": ("num_nextn_predict_layers", "num_mtp_layers", "mtp_num_hidden_layers"),
 }
 
@@ -70,10 +79,18 @@ KNOWN_MODEL_TYPES = (
     # read right by the fields above (checked against published config.json files and model cards, stop 15)
     "hunyuan", "deepseek_v32", "glm_moe_dsa", "glm4_moe_lite", "minimax_m2", "step3p5", "mimo", "olmo2", "phi3",
     "nemotron_h_moe", "step3p7",
+    # DeciLM's per-layer block_configs (_block_configs)
+    "nemotron-nas",
+    # the older families named by FIELD_ALIASES' other spellings and UNGATED_MODEL_TYPES
+    "gpt2", "gptj", "gpt_neox", "opt", "falcon", "bloom", "phi", "gpt_bigcode", "starcoder2", "chatglm",
+    # Gemma 4: its full layers' own KV shape, KV-shared layers, per-layer embeddings, MoE beside the MLP (_gemma4)
+    "gemma4", "gemma4_text",
 )
 
 LAYER_FULL, LAYER_SLIDING, LAYER_LINEAR = "full_attention", "sliding_attention", "linear_attention"
 LAYER_NONE = "no_cache"     # a layer without attention or state (Nemotron-H's MLP-only and MoE-only layers)
+LAYER_KV_SHARED = kv_layout.KV_SHARED    # attention over an earlier layer's cache, none of its own (Gemma 4)
+ATTENTION_KINDS = (LAYER_FULL, LAYER_SLIDING, LAYER_KV_SHARED)    # layers with attention projections
 # Per-layer kind names seen in configs -> the profile's four kinds.
 LAYER_KIND = {
     "full_attention": LAYER_FULL, "attention": LAYER_FULL, "global": LAYER_FULL, "*": LAYER_FULL,
@@ -86,6 +103,10 @@ LAYER_KIND = {
 MLP_DENSE, MLP_MOE = "dense", "moe"
 NEMOTRON_MLP = {"-": MLP_DENSE, "E": MLP_MOE}
 UNGATED_ACTIVATIONS = ("relu2",)
+# Families whose MLP is two matrices (up, down) whatever the activation is called: GPT-2 / GPT-J / NeoX, OPT,
+# Falcon, BLOOM, Phi-1/2, StarCoder / StarCoder2, MPT (their vLLM classes hold fc1 / fc2 or c_fc / c_proj).
+UNGATED_MODEL_TYPES = ("gpt2", "gptj", "gpt_neox", "opt", "falcon", "bloom", "phi", "gpt_bigcode", "starcoder2",
+                       "mpt")
 STATE_MAMBA1, STATE_MAMBA2, STATE_GATED_DELTA_NET, STATE_SHORT_CONV = (
     kv_layout.STATE_MAMBA1, kv_layout.STATE_MAMBA2, kv_layout.STATE_GATED_DELTA_NET, kv_layout.STATE_SHORT_CONV)
 
@@ -93,8 +114,17 @@ STATE_MAMBA1, STATE_MAMBA2, STATE_GATED_DELTA_NET, STATE_SHORT_CONV = (
 QUANT_METHOD_BITS = {"fp8": 8, "fbgemm_fp8": 8, "mxfp4": 4, "nvfp4": 4, "modelopt_fp4": 4, "bitnet": 2}
 # 4-bit float formats -> weights that share one 8-bit scale (MXFP4: E8M0 per 32; NVFP4: FP8 per 16).
 FLOAT4_BLOCK = {"mxfp4": 32, "nvfp4": 16, "modelopt_fp4": 16}
+# NVIDIA ModelOpt names its format by quant_algo (in config.json's quantization_config, or in the older exports'
+# hf_quant_config.json, which vLLM falls back to): (bits, weight type, weights a scale covers or None). A
+# MIXED_PRECISION export names one per layer under quantized_layers.
+MODELOPT_ALGOS = {"FP8": (8, "float", None), "FP8_PER_CHANNEL_PER_TOKEN": (8, "float", None),
+                  "FP8_PB_WO": (8, "float", None), "NVFP4": (4, "float", 16), "W4A16_NVFP4": (4, "float", 16),
+                  "MXFP8": (8, "float", 32)}   # vLLM's modelopt.py QUANT_ALGOS (0.29), less MIXED_PRECISION
+MODELOPT_MIXED = "MIXED_PRECISION"
 
 STATUS_READ, STATUS_GENERIC = "read", "generic_fallback"
+# An older ModelOpt export's quantization, beside config.json (vllm/transformers_utils/config.py falls back to it).
+MODELOPT_SIDECAR = "hf_quant_config.json"
 
 # Vision towers whose profile-run peak the budget models (engine_memory.encoder_profile_bytes), by the outer
 # config's model_type: vLLM's Qwen2-VL processing (Qwen2-VL, Qwen2.5-VL) and Qwen3-VL processing (Qwen3-VL,
@@ -119,18 +149,31 @@ class ModelConfigError(ValueError):
         super(ModelConfigError, self).__init__("%s: %s %s" % (source, field, problem))
 
 
+def _read_json(path):
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (IOError, OSError) as err:
+        raise ModelConfigError(path, "(file)", "cannot be read: %s" % (getattr(err, "strerror", None) or err)) from err
+    except ValueError as err:
+        raise ModelConfigError(path, "(json)", "is not valid JSON: %s" % err) from err
+
+
 def read_model_profile(path, overrides=None):
     """Load config.json at path and return model_profile(); ModelConfigError on any problem.
 
     overrides: top-level config.json fields merged over the file's (an explicit user override).
     """
-    try:
-        with open(path) as handle:
-            config = json.load(handle)
-    except (IOError, OSError) as err:
-        raise ModelConfigError(path, "(file)", "cannot be read: %s" % (getattr(err, "strerror", None) or err)) from err
-    except ValueError as err:
-        raise ModelConfigError(path, "(json)", "is not valid JSON: %s" % err) from err
+    config = _read_json(path)
+    if isinstance(config, dict) and not _text_config(config).get("quantization_config") \
+            and not config.get("quantization_config"):
+        # older ModelOpt exports keep their quantization beside config.json, and vLLM reads it from there
+        sidecar = os.path.join(os.path.dirname(path), MODELOPT_SIDECAR)
+        if os.path.exists(sidecar):
+            quant = _read_json(sidecar)
+            section = quant.get("quantization") if isinstance(quant, dict) else None
+            if isinstance(section, dict):
+                config = dict(config, quantization_config=dict(section, quant_method="modelopt"))
     if not overrides or not isinstance(config, dict):
         return model_profile(config, source=path)
     try:
@@ -169,19 +212,22 @@ def _model_profile(config, source):
     hidden = reader.positive("hidden_size")
     layers = reader.positive("num_hidden_layers")
     heads = reader.positive("num_attention_heads")
+    blocks = _block_configs(reader, layers, hidden, heads)    # DeciLM: per-layer blocks, the top level's sizes null
     profile = {
         "architecture": architecture,
         "model_type": model_type,
         "num_hidden_layers": layers,
         "hidden_size": hidden,
         # Llama 4: intermediate_size is the expert's, intermediate_size_mlp the dense layers' (llama4.py)
-        "intermediate_size": reader.positive("intermediate_size_mlp" if reader.config.get("intermediate_size_mlp")
-                                             else "intermediate_size", default=4 * hidden),
+        "intermediate_size": (max(blocks["mlp_sizes"]) or 4 * hidden) if blocks else reader.positive(
+            "intermediate_size_mlp" if reader.config.get("intermediate_size_mlp") else "intermediate_size",
+            default=4 * hidden),
         "vocab_size": reader.positive("vocab_size"),
         # transformers' PretrainedConfig default when the file is silent (Gemma relies on it)
         "tie_word_embeddings": bool(reader.value("tie_word_embeddings", default=True)),
         "num_attention_heads": heads,
-        "num_key_value_heads": reader.positive("num_key_value_heads", default=heads),
+        "num_key_value_heads": (blocks["num_key_value_heads"] if blocks
+                                else reader.positive("num_key_value_heads", default=_default_kv_heads(reader, heads))),
         "head_dim": reader.positive("head_dim", default=hidden // heads),
         "max_position_embeddings": _context(reader),
         "dtype": reader.value("dtype", default="bfloat16"),
@@ -192,6 +238,10 @@ def _model_profile(config, source):
                                      or reader.config.get("quantization_config")),
     }
     profile["layer_types"], profile["sliding_window"] = _layer_types(reader, layers)
+    if blocks:
+        profile["layer_types"] = blocks["layer_types"]
+        profile["mlp_sizes"] = blocks["mlp_sizes"]
+    _gemma4(reader, profile)
     profile["mlp_activation"] = reader.config.get("mlp_hidden_act") or reader.config.get("hidden_act")
     pattern = reader.config.get("hybrid_override_pattern")
     if isinstance(pattern, str) and len(pattern) == layers:
@@ -202,6 +252,8 @@ def _model_profile(config, source):
                                "attention shape (parameters approximate) and the state of one layer is taken as one "
                                "head_dim x head_dim fp32 matrix per KV head")
     profile["vision"] = _vision(config, hidden, reader.warnings)
+    profile["vision_params"] = vision_tower_params(config, hidden)
+    profile["vision_replicated"] = (config.get("vision_config") or {}).get("model_type") in REPLICATED_VISION_TYPES
     profile["params"] = count_params(profile)
     profile["guessed"] = reader.guessed
     profile["warnings"] = reader.warnings
@@ -210,10 +262,18 @@ def _model_profile(config, source):
     return profile
 
 
+# Where multimodal configs nest their language model: text_config in transformers' own classes, llm_config in
+# InternVL's and Ovis's remote code, language_config in DeepSeek-VL2's.
+LANGUAGE_CONFIG_FIELDS = ("text_config", "llm_config", "language_config")
+
+
 def _text_config(config):
     """Multimodal configs nest the language model; its fields are what the KV cache and weights follow."""
-    text = config.get("text_config")
-    return text if isinstance(text, dict) and text.get("num_hidden_layers") else config
+    for field in LANGUAGE_CONFIG_FIELDS:
+        text = config.get(field)
+        if isinstance(text, dict) and text.get("num_hidden_layers"):
+            return text
+    return config
 
 
 class _Reader:
@@ -292,6 +352,51 @@ def _vision(config, text_hidden, warnings):
     }
 
 
+# A vision tower's fields under the names its families give them, the first present winning: Qwen2-VL names its
+# width embed_dim (its hidden_size is the language model's), towers their depth depth or num_hidden_layers, and
+# Llama 3.2 Vision adds num_global_layers to its local ones.
+VISION_WIDTH_FIELDS = ("embed_dim", "hidden_size", "width")
+VISION_DEPTH_FIELDS = ("depth", "num_hidden_layers", "num_layers", "layers")
+# SwiGLU towers (Qwen2.5-VL, Pixtral, GLM-4V) declare silu, and Gemma 4's tower is gated GELU (vLLM gemma4_mm.py
+# packs its gate_proj and up_proj); the other GELU ones (SigLIP, Qwen2/3-VL, Llama 4, MoonViT, InternViT, Mllama)
+# have a two-matrix MLP.
+GATED_VISION_ACTIVATIONS = ("silu", "swiglu")
+GATED_VISION_TYPES = ("gemma4_vision",)
+# Towers vLLM builds from transformers' own classes with every linear replicated, so each tensor-parallel rank holds
+# the whole tower (gemma4_mm.py: AutoModel.from_config, then recursive_replace_linear style "replicate", 0.29).
+REPLICATED_VISION_TYPES = ("gemma4_vision",)
+
+
+def _first(config, fields):
+    return next((config[field] for field in fields if isinstance(config.get(field), int) and config[field] > 0), None)
+
+
+def vision_tower_params(config, text_hidden):
+    """A floor of the vision tower's parameters from config.json's vision_config, which vLLM loads beside the language
+    model (the shard headers count them; unread here they would be missing from a config-only estimate): per layer
+    the four attention projections, the MLP (three matrices when gated) and two norms, the patch embedding, and the
+    projector's one matrix from the tower's (merged) width to the language model's, the part every projector has.
+    Position tables, biases and deeper projectors are left out, so the count stays a floor. 0 for a text-only config
+    or a tower whose width or depth is not named."""
+    vision = config.get("vision_config")
+    if not isinstance(vision, dict):
+        return 0
+    width, depth = _first(vision, VISION_WIDTH_FIELDS), _first(vision, VISION_DEPTH_FIELDS)
+    if not width or not depth:
+        return 0
+    depth += vision.get("num_global_layers") or 0
+    ratio = vision.get("mlp_ratio")
+    intermediate = vision.get("intermediate_size") or int(width * (ratio if isinstance(ratio, (int, float)) else 4))
+    gated = (str(vision.get("hidden_act") or "").lower() in GATED_VISION_ACTIVATIONS
+             or vision.get("model_type") in GATED_VISION_TYPES)
+    matrices = 3 if gated else 2
+    layer = 4 * width * width + matrices * width * intermediate + 4 * width
+    patch = vision.get("patch_size") if isinstance(vision.get("patch_size"), int) else 14
+    embedding = (vision.get("num_channels") or 3) * (vision.get("temporal_patch_size") or 1) * patch * patch * width
+    merge = vision.get("spatial_merge_size") or config.get("spatial_merge_size") or 1
+    return int(depth * layer + embedding + width * merge * merge * text_hidden)
+
+
 def with_preprocessor_pixels(vision, image_config, video_config=None):
     """The vision profile with the pixel caps of the checkpoint's preprocessor_config.json (image_config: max_pixels,
     else size.longest_edge) and video_preprocessor_config.json (video_config: size.longest_edge; transformers falls
@@ -356,6 +461,9 @@ def _moe(reader, layers):
         "moe_intermediate_size": per_expert,
         "shared_expert_intermediate_size": shared_size if shared else 0,
         "dense_layers": _dense_layers(reader, layers),
+        # Nemotron-3-Super: the routed experts run in a latent this wide, projected from and back to hidden_size
+        # (vLLM nemotron_h.py fc1_latent_proj / fc2_latent_proj); None: they run at hidden_size
+        "latent_size": reader.config.get("moe_latent_size") or None,
     }
 
 
@@ -448,6 +556,90 @@ def _layer_types(reader, layers):
     return kinds, (window if LAYER_SLIDING in kinds else None)
 
 
+def _default_kv_heads(reader, heads):
+    """KV heads when no field names them: one for Falcon's multi-query attention (multi_query without the new
+    decoder architecture, vLLM falcon.py), else every attention head."""
+    cfg = reader.config
+    if cfg.get("multi_query") and not cfg.get("new_decoder_architecture"):
+        return 1
+    return heads
+
+
+def _block_configs(reader, layers, hidden, heads):
+    """DeciLM / nemotron-nas (Llama-3.3-Nemotron-Super-49B, Llama-3.1-Nemotron-Ultra-253B) as vLLM builds it
+    (nemotron_nas.py DeciLMDecoderLayer, 0.29): one block_configs entry a layer, whose attention is gone (no_op) or
+    has num_attention_heads // n_heads_in_group KV heads, and whose FFN is gone (no_op) or ffn_mult wide -
+    int(2 x ffn_mult x hidden / 3) rounded up to 256 (_ffn_mult_to_intermediate_size) - or intermediate_size wide.
+    vLLM reads no replace_with_linear: such a block is built as the others, with a warning. None for other configs.
+    Layers whose KV heads differ are taken at the largest (the larger cache), with a warning."""
+    blocks = reader.config.get("block_configs")
+    if not isinstance(blocks, list) or len(blocks) != layers or not all(isinstance(b, dict) for b in blocks):
+        return None
+    kinds, kv_heads, sizes = [], set(), []
+    for index, block in enumerate(blocks):
+        attention, ffn = block.get("attention") or {}, block.get("ffn") or {}
+        if attention.get("replace_with_linear") or ffn.get("replace_with_linear"):
+            reader.warnings.append("block_configs[%d]: replace_with_linear, which vLLM does not read: budgeted as the "
+                                   "block it builds" % index)
+        kinds.append(LAYER_NONE if attention.get("no_op") else LAYER_FULL)
+        if not attention.get("no_op"):
+            group = attention.get("n_heads_in_group")
+            if not isinstance(group, int) or group <= 0:
+                raise ModelConfigError(reader.source, "block_configs[%d].attention.n_heads_in_group" % index,
+                                       "must be a positive integer for an attention block, got %r" % (group,))
+            kv_heads.add(heads // group)
+        sizes.append(0 if ffn.get("no_op") else _ffn_width(ffn, hidden, reader.source, index))
+    if len(kv_heads) > 1:
+        reader.warnings.append("block_configs: attention layers with %s KV heads; every one taken at the largest"
+                               % sorted(kv_heads))
+    return {"layer_types": kinds, "num_key_value_heads": max(kv_heads or {heads}), "mlp_sizes": sizes}
+
+
+def _ffn_width(ffn, hidden, source, index):
+    """One DeciLM FFN's intermediate size: from ffn_mult where given, else its intermediate_size."""
+    mult = ffn.get("ffn_mult")
+    if isinstance(mult, (int, float)) and not isinstance(mult, bool):
+        return kv_layout.cdiv(int(2 * mult * hidden / 3), 256) * 256
+    size = ffn.get("intermediate_size")
+    if isinstance(size, int) and size > 0:
+        return size
+    raise ModelConfigError(source, "block_configs[%d].ffn" % index, "names neither ffn_mult nor intermediate_size")
+
+
+def _gemma4(reader, profile):
+    """Gemma 4's departures from the plain decoder, as vLLM reads them (gemma4.py, configs/gemma4.py
+    gemma4_layer_config, 0.29.0): its full-attention layers take global_head_dim and, with attention_k_eq_v,
+    num_global_key_value_heads (profile kv_shapes); the last num_kv_shared_layers layers attend over an earlier
+    layer's cache and hold none (layer kind kv_shared), their MLP twice as wide with use_double_wide_mlp; with
+    enable_moe_block the experts run beside a dense MLP on every layer; hidden_size_per_layer_input adds a per-layer
+    embedding table (vocab_size_per_layer_input rows, per layer) with its projections."""
+    cfg, layers = reader.config, profile["num_hidden_layers"]
+    shape = {}
+    global_head = cfg.get("global_head_dim")
+    if isinstance(global_head, int) and global_head > 0 and global_head != profile["head_dim"]:
+        shape["head_dim"] = global_head
+    global_kv = cfg.get("num_global_key_value_heads")
+    if cfg.get("attention_k_eq_v") and isinstance(global_kv, int) and global_kv > 0:
+        shape["num_key_value_heads"] = global_kv
+    if shape:
+        profile["kv_shapes"] = {LAYER_FULL: shape}
+    shared = cfg.get("num_kv_shared_layers")
+    if isinstance(shared, int) and 0 < shared < layers:
+        first = layers - shared
+        profile["layer_types"] = [LAYER_KV_SHARED if i >= first and kind in (LAYER_FULL, LAYER_SLIDING) else kind
+                                  for i, kind in enumerate(profile["layer_types"])]
+        if cfg.get("use_double_wide_mlp"):
+            width = profile["intermediate_size"]
+            profile["mlp_sizes"] = [2 * width if i >= first else width for i in range(layers)]
+    if profile.get("moe") and cfg.get("enable_moe_block"):
+        profile["moe"]["parallel_dense_mlp"] = True
+    per_layer = cfg.get("hidden_size_per_layer_input")
+    if isinstance(per_layer, int) and per_layer > 0:
+        vocab = cfg.get("vocab_size_per_layer_input") or profile["vocab_size"]
+        # the table, the model's projection to every layer's input and each layer's gate and projection back
+        profile["per_layer_input_params"] = layers * per_layer * (vocab + 3 * profile["hidden_size"])
+
+
 def _max_length(cfg):
     return max([cfg[k] for k in CONTEXT_KEYS if isinstance(cfg.get(k), int)] or [0])
 
@@ -514,6 +706,11 @@ def quantization(config):
         bits = 4
     elif config.get("load_in_8bit"):
         bits = 8
+    algo = _modelopt_algo(config)
+    if algo in MODELOPT_ALGOS:
+        algo_bits, algo_type, algo_group = MODELOPT_ALGOS[algo]
+        bits, weight_type = bits or algo_bits, weight_type or algo_type
+        group_size = group_size or algo_group
     block = config.get("weight_block_size")                     # block-wise fp8 (DeepSeek-V3)
     return {
         "method": method,
@@ -522,8 +719,41 @@ def quantization(config):
         "weight_type": weight_type,     # "int" or "float" (4-bit floats carry one 8-bit scale a block)
         "activation_scheme": activation_scheme,     # "static" or "dynamic" activation scales, or None
         "ignored_layers": _names(config.get("ignored_layers") or config.get("modules_to_not_convert")
-                                 or config.get("ignore")),
+                                 or config.get("ignore") or config.get("exclude_modules")),
+        "kv_cache_dtype": _checkpoint_kv_cache_dtype(config, method),
     }
+
+
+def _checkpoint_kv_cache_dtype(config, method):
+    """The KV cache dtype a checkpoint asks for, which vLLM takes for --kv-cache-dtype auto
+    (engine_memory.checkpoint_kv_cache_dtype): a ModelOpt export's kv_cache_quant_algo FP8 or 8-bit float
+    kv_cache_scheme; any kv_cache_scheme of an llm-compressor (compressed-tensors) one, which vLLM runs as fp8
+    (attention.py); None otherwise."""
+    scheme = config.get("kv_cache_scheme")
+    if method == "compressed-tensors":
+        return "fp8" if scheme else None
+    if not method.startswith("modelopt"):
+        return None
+    algo = scheme or config.get("kv_cache_quant_algo")
+    if isinstance(algo, dict):
+        algo = "fp8" if algo.get("num_bits") == 8 and algo.get("type") == "float" else None
+    return "fp8" if str(algo or "").lower().startswith("fp8") else None
+
+
+def _modelopt_algo(config):
+    """A ModelOpt export's quant_algo, upper case; for a mixed-precision one the algorithm most of its quantized
+    modules use (an MoE's experts, which hold most of the bytes; a tie goes to the wider); None for other
+    quantization configs."""
+    algo = str(config.get("quant_algo") or "").upper() or None
+    layers = config.get("quantized_layers")
+    if algo == MODELOPT_MIXED and isinstance(layers, dict):
+        counts = {}
+        for layer in layers.values():
+            name = str(layer.get("quant_algo") or "").upper() if isinstance(layer, dict) else ""
+            if name in MODELOPT_ALGOS:
+                counts[name] = counts.get(name, 0) + 1
+        algo = max(counts, key=lambda name: (counts[name], MODELOPT_ALGOS[name][0])) if counts else None
+    return algo
 
 
 def _names(value):
@@ -535,8 +765,9 @@ def _names(value):
 
 # --- parameter counts ---------------------------------------------------------------------------
 
-def attention_params(profile):
-    """Parameters of one attention block (q, k, v, o or the MLA projections)."""
+def attention_params(profile, kind=None):
+    """Parameters of one attention block (q, k, v, o or the MLA projections), of a layer kind with its own KV shape
+    (profile kv_shapes: Gemma 4's full layers take global_head_dim for q, k, v and o) where one is given."""
     hidden, heads = profile["hidden_size"], profile["num_attention_heads"]
     mla = profile.get("mla")
     if mla:
@@ -546,7 +777,9 @@ def attention_params(profile):
         kv_a = hidden * (mla["kv_lora_rank"] + mla["qk_rope_head_dim"]) + mla["kv_lora_rank"]
         kv_b = mla["kv_lora_rank"] * heads * (mla["qk_nope_head_dim"] + mla["v_head_dim"])
         return q + kv_a + kv_b + heads * mla["v_head_dim"] * hidden
-    head_dim, kv_heads = profile["head_dim"], profile["num_key_value_heads"]
+    shape = (profile.get("kv_shapes") or {}).get(kind) or {}
+    head_dim = shape.get("head_dim") or profile["head_dim"]
+    kv_heads = shape.get("num_key_value_heads") or profile["num_key_value_heads"]
     return 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
 
 
@@ -571,19 +804,24 @@ def dense_layer_indices(profile):
     if mlps:
         return {i for i, kind in enumerate(mlps) if kind == MLP_DENSE}
     moe = profile.get("moe")
-    return set(moe.get("dense_layers") or []) if moe else set(range(profile["num_hidden_layers"]))
+    if moe and not moe.get("parallel_dense_mlp"):
+        return set(moe.get("dense_layers") or [])
+    return set(range(profile["num_hidden_layers"]))
 
 
 def _mlp_matrices(profile):
-    """Weight matrices of one MLP: 2 for an ungated squared-ReLU MLP (Nemotron-H's relu2), else 3."""
-    return 2 if profile.get("mlp_activation") in UNGATED_ACTIVATIONS else 3
+    """Weight matrices of one MLP: 2 for an ungated MLP (Nemotron-H's squared ReLU, the UNGATED_MODEL_TYPES
+    families), else 3."""
+    ungated = profile.get("mlp_activation") in UNGATED_ACTIVATIONS or profile.get("model_type") in UNGATED_MODEL_TYPES
+    return 2 if ungated else 3
 
 
-def _moe_layer_count(profile, dense_layers):
+def _moe_layer_count(profile):
     mlps = profile.get("mlp_layers")
     if mlps:
         return mlps.count(MLP_MOE)
-    return profile["num_hidden_layers"] - len(dense_layers) if profile.get("moe") else 0
+    moe = profile.get("moe")
+    return profile["num_hidden_layers"] - len(moe.get("dense_layers") or []) if moe else 0
 
 
 def linear_mixer_params(profile):
@@ -613,37 +851,58 @@ def linear_mixer_params(profile):
 def mixer_params(profile):
     """(every decoder layer's mixer parameters, the attention layers' share): attention, linear-attention /
     mamba, or none (Nemotron-H's MLP-only layers)."""
-    attention = attention_params(profile)
     kinds = profile.get("layer_types") or [LAYER_FULL] * profile["num_hidden_layers"]
-    attention_layers = sum(1 for kind in kinds if kind in (LAYER_FULL, LAYER_SLIDING))
+    attention = sum(kinds.count(kind) * attention_params(profile, kind) for kind in ATTENTION_KINDS)
     linear_layers = sum(1 for kind in kinds if kind == LAYER_LINEAR)
-    return attention_layers * attention + linear_layers * linear_mixer_params(profile), attention_layers * attention
+    return attention + linear_layers * linear_mixer_params(profile), attention
+
+
+def expert_width(profile):
+    """The width the routed experts take in and give out: a latent MoE's latent, else hidden_size."""
+    return (profile.get("moe") or {}).get("latent_size") or profile["hidden_size"]
 
 
 def moe_layer_params(profile, experts_counted):
-    """One MoE MLP: experts_counted routed experts + the shared experts + the router."""
+    """One MoE MLP: experts_counted routed experts (in a latent MoE at the latent's width, with the two
+    projections to and from it) + the shared experts + the router."""
     moe, hidden = profile["moe"], profile["hidden_size"]
-    routed = experts_counted * gated_mlp_params(hidden, moe["moe_intermediate_size"], _mlp_matrices(profile))
-    return routed + shared_expert_params(profile) + hidden * moe["num_experts"]
+    width = expert_width(profile)
+    routed = experts_counted * gated_mlp_params(width, moe["moe_intermediate_size"], _mlp_matrices(profile))
+    latent_projections = 2 * hidden * width if width != hidden else 0
+    return routed + latent_projections + shared_expert_params(profile) + hidden * moe["num_experts"]
+
+
+def dense_mlp_params(profile, dense_layers):
+    """Every dense MLP: intermediate_size wide on each dense layer, or each layer's own width (DeciLM's mlp_sizes,
+    0 where the layer has none)."""
+    matrices = _mlp_matrices(profile)
+    sizes = profile.get("mlp_sizes")
+    if sizes:
+        return sum(gated_mlp_params(profile["hidden_size"], size, matrices) for size in sizes)
+    return len(dense_layers) * gated_mlp_params(profile["hidden_size"], profile["intermediate_size"], matrices)
 
 
 def count_params(profile):
-    """{"total", "active", "mtp", "embedding", "attention", "shared_experts", "dense_mlp"}: absolute counts
-    from the profile alone (the last three: every decoder layer's attention projections, shared experts and
-    dense MLPs, module families some quantizers keep in 16 bits)."""
+    """{"total", "active", "mtp", "embedding", "attention", "shared_experts", "dense_mlp", "vision"}: absolute
+    counts from the profile alone (attention, shared experts and dense MLPs: every decoder layer's, module families
+    some quantizers keep in 16 bits). vision: the vision tower's parameters (profile vision_params, from
+    vision_tower_params), in the total, not in the active count a token's forward takes."""
+    vision = profile.get("vision_params") or 0
     hidden, layers = profile["hidden_size"], profile["num_hidden_layers"]
     embedding = profile["vocab_size"] * hidden * (1 if profile["tie_word_embeddings"] else 2)
+    embedding += profile.get("per_layer_input_params") or 0
     mixers, attention = mixer_params(profile)
-    dense_mlp = gated_mlp_params(hidden, profile["intermediate_size"], _mlp_matrices(profile))
     moe = profile.get("moe")
     dense_layers = dense_layer_indices(profile)
-    moe_layers = _moe_layer_count(profile, dense_layers)
+    moe_layers = _moe_layer_count(profile)
+    dense_mlp = dense_mlp_params(profile, dense_layers)
     norms = 2 * hidden * layers + hidden
-    common = embedding + norms + mixers + len(dense_layers) * dense_mlp
-    total = common + (moe_layers * moe_layer_params(profile, moe["num_experts"]) if moe else 0)
+    common = embedding + norms + mixers + dense_mlp
+    total = common + vision + (moe_layers * moe_layer_params(profile, moe["num_experts"]) if moe else 0)
     active = common + (moe_layers * moe_layer_params(profile, moe["num_experts_per_tok"]) if moe else 0)
-    mtp_mlp = moe_layer_params(profile, moe["num_experts"]) if moe else dense_mlp
+    mtp_mlp = (moe_layer_params(profile, moe["num_experts"]) if moe
+               else gated_mlp_params(hidden, profile["intermediate_size"], _mlp_matrices(profile)))
     mtp_layer = attention_params(profile) + mtp_mlp + 2 * hidden * hidden + 5 * hidden   # + eh_proj; 2 layer + 3 mtp norms
     return {"total": total, "active": active, "embedding": embedding, "attention": attention,
-            "shared_experts": moe_layers * shared_expert_params(profile), "dense_mlp": len(dense_layers) * dense_mlp,
-            "mtp": profile.get("num_nextn_predict_layers", 0) * mtp_layer}
+            "shared_experts": moe_layers * shared_expert_params(profile), "dense_mlp": dense_mlp,
+            "mtp": profile.get("num_nextn_predict_layers", 0) * mtp_layer, "vision": vision}

@@ -63,14 +63,50 @@ def _optional(pynvml, call, *args, **kwargs):
         return None
 
 
-def _memory(pynvml, handle):
-    """Memory info v2 (with reserved) where the driver has it, else v1."""
+# A GPU that shares the host's memory (Jetson Orin 8.7, Jetson Thor 11.0, GB10 / DGX Spark 12.1: the capabilities
+# vLLM's mem_utils treats as unified memory) has no NVML memory figures ("Not Supported"); CUDA's cudaMemGetInfo,
+# which vLLM sizes its cache from, reports the system's memory there.
+MEMINFO_PATH = "/proc/meminfo"
+UNIFIED_MEMORY_CAPABILITIES = ("8.7", "11.0", "12.1")
+
+
+def _memory(pynvml, handle, capability=None):
+    """Memory info v2 (with reserved) where the driver has it, else v1; on a unified-memory GPU, where NVML has
+    neither, the host's memory (host_memory). A discrete GPU without memory figures is a fault."""
     try:
         mem = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
         return {"total": mem.total, "used": mem.used, "free": mem.free, "reserved": mem.reserved, "api": "v2"}
     except (pynvml.NVMLError_FunctionNotFound, pynvml.NVMLError_NotSupported):
+        pass
+    try:
         mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
-        return {"total": mem.total, "used": mem.used, "free": mem.free, "reserved": None, "api": "v1"}
+    except pynvml.NVMLError_NotSupported:
+        if capability in UNIFIED_MEMORY_CAPABILITIES:
+            return host_memory()
+        raise
+    return {"total": mem.total, "used": mem.used, "free": mem.free, "reserved": None, "api": "v1"}
+
+
+def host_memory(path=None):
+    """The host's memory as a unified-memory GPU's (MemTotal, and MemAvailable as free: what the system can hand
+    out without swapping); NvmlFault when the file cannot be read."""
+    path = path or MEMINFO_PATH
+    fields = {}
+    try:
+        with open(path) as handle:
+            for line in handle:
+                name, rest = line.split(":", 1) if ":" in line else (line, "")
+                parts = rest.split()
+                if parts and parts[0].isdigit():
+                    fields[name.strip()] = int(parts[0]) * 1024 if parts[1:2] == ["kB"] else int(parts[0])
+    except (IOError, OSError) as err:
+        raise NvmlFault("error", "NVML has no memory figures for this GPU (unified memory) and %s cannot be read: %s"
+                        % (path, err)) from err
+    if "MemTotal" not in fields or "MemAvailable" not in fields:
+        raise NvmlFault("error", "NVML has no memory figures for this GPU (unified memory) and %s names no "
+                                 "MemTotal / MemAvailable" % path)
+    total, free = fields["MemTotal"], fields["MemAvailable"]
+    return {"total": total, "used": total - free, "free": free, "reserved": None, "api": "host_meminfo"}
 
 
 def _processes(pynvml, handle):
@@ -145,9 +181,14 @@ def _read_device(pynvml, index):
         "nvlink_active_links": _nvlink_active_links(pynvml, handle),
         "processes": _processes(pynvml, handle),
     }
-    mem = _memory(pynvml, handle)
-    device.update(("memory_" + key if key != "api" else "memory_api", value) for key, value in mem.items())
+    mem = _memory(pynvml, handle, device["compute_capability"])
+    device.update(_memory_fields(mem))
     return device
+
+
+def _memory_fields(mem):
+    """A device's memory_* facts from _memory's or host_memory's figures (memory_api says whose)."""
+    return {"memory_" + key: value for key, value in mem.items()}
 
 
 def _cuda_version(value):
@@ -214,6 +255,10 @@ def parse_smi_gpus(text, fields):
             "nvlink_active_links": None,
             "processes": [],
         })
+        device = devices[-1]
+        if device["memory_total"] is None and device["compute_capability"] in UNIFIED_MEMORY_CAPABILITIES:
+            # nvidia-smi prints [N/A] for a unified-memory GPU's memory, as NVML answers "not supported"
+            device.update(_memory_fields(host_memory()))
     return devices, sorted(drivers)
 
 

@@ -30,19 +30,21 @@ from ansible_collections.hy3.fleet.plugins.module_utils.model_config import (
 PICKLE_SUFFIXES = (".bin", ".pt")
 
 
-def inspect_weights(path, tp=1, overrides=None):
+def inspect_weights(path, tp=1, overrides=None, served_float_bytes=None):
     """Everything read from one weight directory, as a dict safe to return from a module.
 
     overrides: config.json fields merged over the file's before the profile is read.
     tp: tensor-parallel size the per-rank weight bytes are computed for.
+    served_float_bytes: bytes a parameter of the dtype the engine serves in (2 for bfloat16, float16 and auto,
+    4 for float32): an unquantized checkpoint's floating tensors are loaded at that size, whatever the files hold.
     """
     info = {"path": path, "status": checkpoint.OK, "problem": None, "reason": None, "present": False,
             "profile": None, "params_config": None, "params_header": None, "bytes_by_dtype": None,
             "data_bytes": None, "mtp_bytes": None, "measured_bytes": None, "files": 0, "bits": None,
-            "weight_dtype": None, "weight_bytes_per_rank": None, "mtp_bytes_per_rank": None,
+            "weight_dtype": None, "weight_bytes_per_rank": None, "mtp_bytes_per_rank": None, "tower_bytes_per_rank": None,
             "tensor_parallel_size": tp, "guessed": [], "warnings": []}
     try:
-        _read(path, tp, overrides or {}, info)
+        _read(path, tp, overrides or {}, info, served_float_bytes)
     except checkpoint.CheckpointError as err:
         info.update(status=err.status, problem=err.problem, reason=str(err))
     except ModelConfigError as err:
@@ -72,7 +74,7 @@ def _json_beside(path, names, name):
         raise ModelConfigError(os.path.join(path, name), "(file)", "cannot be read as JSON: %s" % err) from err
 
 
-def _read(path, tp, overrides, info):
+def _read(path, tp, overrides, info, served_float_bytes):
     if not path or not os.path.exists(path):
         raise _absent(path, "weight directory does not exist")
     if not os.path.isdir(path):
@@ -98,14 +100,19 @@ def _read(path, tp, overrides, info):
     read = checkpoint.read_checkpoint(path)
     quant = profile["quantization"] or {}
     packed_bits = quant["bits"] if quant.get("bits", 16) < 16 else 4     # weights per int32 word: 32 / bits
+    served = None if quant else served_float_bytes        # a quantized checkpoint keeps its own dtypes
     facts = checkpoint.summarize(read["tensors"], profile["num_hidden_layers"], tp,
-                                 profile["num_key_value_heads"], packed_bits)
+                                 profile["num_key_value_heads"], packed_bits, served)
     info.update(
         files=len(read["shards"]), params_header={"total": facts["params"], "mtp": facts["params_mtp"]},
         bytes_by_dtype=facts["bytes_by_dtype"], data_bytes=facts["data_bytes"], mtp_bytes=facts["mtp_bytes"],
         measured_bytes=facts["data_bytes"] + facts["mtp_bytes"], weight_dtype=facts["weight_dtype"],
         bits=quant.get("bits") or facts["bits"], weight_bytes_per_rank=facts["weight_bytes_per_rank"],
-        mtp_bytes_per_rank=facts["mtp_bytes_per_rank"])
+        mtp_bytes_per_rank=facts["mtp_bytes_per_rank"], tower_bytes_per_rank=facts["tower_bytes_per_rank"])
+    recast = _recast_dtypes(facts, served)
+    if recast:
+        info["warnings"].append("weights stored as %s are loaded in the served dtype, %d bytes a parameter: the "
+                                "budget counts them at that size, not the files'" % (" and ".join(recast), served))
     if quant.get("bits") and facts["bits"] and quant["bits"] != facts["bits"]:
         info["warnings"].append("quantization_config says %d bits but the linear weights are stored as %s"
                                 % (quant["bits"], facts["weight_dtype"]))
@@ -113,3 +120,12 @@ def _read(path, tp, overrides, info):
         info["warnings"].append("config.json names %d MTP layer(s) but the shards hold none: "
                                 "MTP speculative decoding is not possible with this checkpoint"
                                 % profile["num_nextn_predict_layers"])
+
+
+def _recast_dtypes(facts, served_float_bytes):
+    """The floating dtypes holding at least 1% of the files' bytes that the engine casts to another size."""
+    if not served_float_bytes:
+        return []
+    by_dtype, total = facts["bytes_by_dtype"] or {}, max(1, facts["data_bytes"] or 0)
+    return sorted(dtype for dtype, nbytes in by_dtype.items() if dtype in checkpoint.FLOAT_DTYPES
+                  and checkpoint.DTYPE_BITS[dtype] != served_float_bytes * 8 and nbytes >= total // 100)

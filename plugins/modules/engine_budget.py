@@ -154,7 +154,8 @@ options:
     description:
       - Whether the engine's interpreter has C(flashinfer-python) (RV(hy3.fleet.engine_info#module:flashinfer)).
         Without it engines up to v0.11.0 sort the full logits in the profile run, about 2.5 times FlashInfer's
-        memory over max_num_seqs x vocabulary. Unset, the engine version's usual case.
+        memory over max_num_seqs x vocabulary. Unset, such an engine is budgeted with the sort (the larger
+        amount, and what a pip install without the extra does).
     type: bool
   engine_config:
     description:
@@ -164,7 +165,8 @@ options:
         v0.28.0 a Mamba-1 / Mamba-2 model one a block), C(mamba-ssm-cache-dtype), C(block-size),
         C(max-cudagraph-capture-size) and C(async-scheduling), each with its C(no-) form where vLLM has one; for a
         multimodal model C(limit-mm-per-prompt), C(language-model-only) and C(skip-mm-profiling), which decide the
-        vision tower's dummy batch in the profile run.
+        vision tower's dummy batch in the profile run and whether the tower is built at all (with no image or video
+        input its weights are not loaded, for most models from v0.15.0 and some classes before).
       - Keys the collection sets itself - this module's options (C(max-num-batched-tokens), C(enforce-eager),
         C(enable-expert-parallel), C(kv-cache-dtype), C(max-model-len), C(max-num-seqs), C(gpu-memory-utilization),
         C(tensor-parallel-size) and the like) and the serve role's (C(served-model-name), C(host), C(port), the node
@@ -201,7 +203,10 @@ options:
     type: dict
     default: {}
   kv_cache_dtype:
-    description: vLLM C(--kv-cache-dtype); C(auto) uses the model dtype.
+    description:
+      - vLLM C(--kv-cache-dtype); C(auto) uses the model dtype, or the KV cache dtype the checkpoint was quantized
+        for, as vLLM resolves it - a ModelOpt export's C(kv_cache_quant_algo) from vLLM 0.14, an llm-compressor
+        checkpoint's C(kv_cache_scheme) from 0.22.
     type: str
     default: auto
     choices: [auto, fp8, fp8_e4m3, fp8_e5m2]
@@ -286,6 +291,23 @@ verdict:
   returned: always
   type: str
   sample: retreated 2 steps
+kv_cache_dtype:
+  description: The KV cache dtype budgeted - the one asked for, or the checkpoint's where C(auto) takes it.
+  returned: always
+  type: str
+  sample: auto
+kv_cache_dtype_source:
+  description: V(request), or V(checkpoint) where C(auto) became the checkpoint's own KV cache dtype.
+  returned: always
+  type: str
+  sample: request
+vision_tower_skipped:
+  description:
+    - Why the engine builds no multimodal tower (C(--language-model-only), or every image and video limit of
+      C(limit-mm-per-prompt) at 0), so that its weights are not budgeted; null when it builds the one the model has.
+  returned: always
+  type: str
+  sample: --language-model-only
 steps_retreated:
   description: Number of retreat steps taken.
   returned: always
@@ -367,7 +389,7 @@ engine:
   description: The engine settings modelled - version, platform, gpu_name, nvlink (the GPUs' NVLink state from
     the facts, or null), max_num_batched_tokens (and whether it is the engine's default), enforce_eager,
     flashinfer_sampler (whether the profile run samples with FlashInfer; null for engines before v0.11 whose
-    FlashInfer install is not known),
+    FlashInfer install is not known, budgeted with the sort),
     cudagraph_counted, kv_cache_memory_bytes, runtime_overhead_gib, model_id, and what O(engine_config) set of
     enable_prefix_caching, mamba_ssm_cache_dtype, max_cudagraph_capture_size, async_scheduling,
     num_speculative_tokens and speculative_method (null where unset).
@@ -380,7 +402,8 @@ calibration_fields:
 budget_gib:
   description:
     - Budget lines per GPU in GiB - free, engine_request (ceil(total x utilization)), weights_nominal,
-      weights_measured, weights, activation_peak, sampler_state, moe_workspace, speculative (what a speculative
+      weights_measured, weights, activation_peak, sampler_state, moe_workspace, cold_compile (from v0.29 what a
+      cold torch.compile's benchmark copies of the embedding table add to the profile's peak), speculative (what a speculative
       drafter adds - its phase of the profile run, the rejection sampler's, and its input buffers where the engine
       counts them), encoder_profile (what a multimodal model's vision tower adds to the profile run's peak), non_torch, cudagraph, overhead (their sum, or
       the calibrated or overridden amount), warmup_margin (what vLLM 0.34's extensible KV cache keeps free beyond
@@ -419,8 +442,10 @@ weight_dirs:
       the file), C(present), C(profile) (read from config.json), C(params_config) (total, active, mtp, embedding
       from config.json),
       C(params_header) (total and mtp from the shard headers), C(bytes_by_dtype), C(data_bytes), C(mtp_bytes),
-      C(measured_bytes), C(files) (shard count), C(bits), C(weight_dtype), C(weight_bytes_per_rank),
-      C(mtp_bytes_per_rank), C(tensor_parallel_size), C(guessed) (config fields defaulted) and C(warnings).
+      C(measured_bytes), C(files) (shard count), C(bits), C(weight_dtype), C(weight_bytes_per_rank) (as loaded,
+      an unquantized checkpoint's floating tensors at the tier's C(dtype)), C(mtp_bytes_per_rank),
+      C(tower_bytes_per_rank) (a multimodal tower's part of it), C(tensor_parallel_size), C(guessed) (config
+      fields defaulted) and C(warnings).
   returned: always
   type: list
   elements: dict
@@ -531,10 +556,12 @@ def inspect_tiers(tiers, tp, overrides, load_mtp, mtp_drafts=False):
     drafts with the MTP layers (speculative-config), so a checkpoint without them cannot serve (not offered)."""
     inspected, planned = [], []
     for tier in tiers:
-        found = dict(inspect_weights(tier["weights_dir"], tp, overrides), quantization=tier["name"])
-        if found["bits"] and found["bits"] != budget.TIER_BITS[tier["name"]]:
+        served = budget.DTYPE_BYTES[tier.get("dtype") or "bfloat16"]
+        found = dict(inspect_weights(tier["weights_dir"], tp, overrides, served), quantization=tier["name"])
+        stored_bits = checkpoint.WEIGHT_DTYPE_BITS.get(found["weight_dtype"]) or found["bits"]   # not the served dtype's
+        if stored_bits and stored_bits != budget.TIER_BITS[tier["name"]]:
             found["warnings"].append("tier %s (%s bit) holds a %s-bit checkpoint (%s); its measured size is used"
-                                     % (tier["name"], budget.TIER_BITS[tier["name"]], found["bits"],
+                                     % (tier["name"], budget.TIER_BITS[tier["name"]], stored_bits,
                                         found["weight_dtype"]))
         per_rank = found["weight_bytes_per_rank"]
         if per_rank is not None and load_mtp:
@@ -546,7 +573,7 @@ def inspect_tiers(tiers, tp, overrides, load_mtp, mtp_drafts=False):
                           reason="%s holds no MTP layer, which speculative-config method mtp drafts with"
                                  % found["path"])
         planned.append(dict(tier, profile=found["profile"], bits=found["bits"], measured_bytes=found["measured_bytes"],
-                            weight_bytes_per_rank=per_rank, **usable))
+                            weight_bytes_per_rank=per_rank, tower_bytes_per_rank=found["tower_bytes_per_rank"], **usable))
     return inspected, planned
 
 

@@ -17,7 +17,9 @@ description:
     for every GPU, its index, UUID, name, total/used/free/reserved memory in bytes, compute capability,
     MIG mode and the compute processes with their memory, plus the driver, CUDA driver and NVML versions.
   - Memory comes from NVML memory info v2 where the driver has it, so reserved memory is reported; older
-    drivers fall back to v1 (reserved is then null).
+    drivers fall back to v1 (reserved is then null). A GPU that shares the host's memory (GB10 / DGX Spark),
+    for which NVML has no memory figures, reports the host's C(/proc/meminfo) MemTotal and MemAvailable, as
+    CUDA does there (memory_api C(host_meminfo)).
   - When C(pynvml) cannot be imported it runs C(nvidia-smi --query-gpu=... --format=csv,noheader,nounits)
     instead and says so in RV(ansible_facts.hy3_gpus.source).
   - Faults fail with the remedy in the message and a machine-readable RV(nvml_state) - no NVML library,

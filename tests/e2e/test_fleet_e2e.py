@@ -285,8 +285,8 @@ sys.exit("no request started")
 """
 
 
-def drain_hooks(fleet, host, tokens):
-    """A drain hook that starts STREAMS long streaming requests on the host and returns once they run, and an
+def drain_hooks(fleet, host, tokens, streams=STREAMS):
+    """A drain hook that starts `streams` long streaming requests on the host and returns once they run, and an
     undrain hook that leaves a marker; their variables for the host."""
     share = fleet["fleet"].share_dir(host)
     for name, text in (("stream_client.py", STREAM_CLIENT), ("wait_busy.py", WAIT_BUSY)):
@@ -296,7 +296,7 @@ def drain_hooks(fleet, host, tokens):
     drain.write_text(yaml.safe_dump([{"name": "Start long streaming requests", "ansible.builtin.shell": (
         "rm -f {share}/stream.json; nohup /usr/bin/python3 {share}/stream_client.py {port} {key} {tokens} "
         "{share}/stream.json {streams} >{share}/stream.log 2>&1 & /usr/bin/python3 {share}/wait_busy.py {port}".format(
-            share=IN_HOST_SHARE, port=PORT, key=API_KEY, tokens=tokens, streams=STREAMS)),
+            share=IN_HOST_SHARE, port=PORT, key=API_KEY, tokens=tokens, streams=streams)),
         "changed_when": False}]))
     undrain.write_text(yaml.safe_dump([{"name": "Back in service", "ansible.builtin.copy": {
         "content": "in service\n", "dest": IN_HOST_SHARE + "/undrained", "mode": "0644"}}]))
@@ -330,10 +330,16 @@ def test_a_wave_of_two_rolls_together_and_waits_for_the_request_in_flight(fleet,
     assert all(config_of(fleet, h)["max-num-seqs"] == 4 for h in pids)
 
 
+# Requests the drain-timeout scenario keeps in flight: enough that they outlast the 1 s drain even when the CPU
+# engine runs fast (32 streams of 1000 tokens at 4 sequences once finished in about 5 s, and the engine's
+# running-requests gauge can lag the first of them by seconds).
+TIMEOUT_STREAMS = 4 * STREAMS
+
+
 def test_a_drain_that_times_out_fails_the_host_without_restarting_it(fleet, deployed):
     pid = unit_state(fleet, "node-b")["MainPID"]
     before = read_in_host(fleet, "node-b", SERVE_ROOT + "/etc/vllm.yaml")
-    hooks = dict(drain_hooks(fleet, "node-b", 1000), hy3_roll_drain_timeout=1)
+    hooks = dict(drain_hooks(fleet, "node-b", 1000, TIMEOUT_STREAMS), hy3_roll_drain_timeout=1)
     inventory = write_inventory(fleet, "inventory-drain-timeout.yml", common={"hy3_max_num_seqs": 2}, node_b=hooks)
     proc = deploy(fleet, "drain_timeout", inventory=inventory, limit="node-b")
     assert proc.returncode != 0
@@ -344,10 +350,10 @@ def test_a_drain_that_times_out_fails_the_host_without_restarting_it(fleet, depl
     assert unit_state(fleet, "node-b")["MainPID"] == pid
     assert read_in_host(fleet, "node-b", SERVE_ROOT + "/etc/vllm.yaml") == before
     assert report(fleet)[0]["outcome"] == "failed"
-    deadline = time.monotonic() + 300                                # the request in flight still ends whole
+    deadline = time.monotonic() + 600                                # the requests in flight still end whole
     while stream_result(fleet, "node-b") is None and time.monotonic() < deadline:
         time.sleep(2)
-    assert stream_result(fleet, "node-b") == [1000] * STREAMS
+    assert stream_result(fleet, "node-b") == [1000] * TIMEOUT_STREAMS
 
 
 def test_engine_killed_from_outside_is_restarted_by_systemd(fleet, deployed):

@@ -14,7 +14,8 @@ JSON) drives it:
          compute_capability: [9, 0], mig: [0, 0], lost: false, nvlink_links: 18,
          processes: [{pid: 4242, used_gib: 2}]}
     # nvlink_links: active NVLink links (0: a PCIe board, NVML answers "not supported"); absent: an NVML
-    # without the query (function not found)
+    # without the query (function not found); unified_memory: true makes both memory queries "not supported"
+    # (GB10 / DGX Spark)
 """
 
 import ctypes
@@ -143,6 +144,8 @@ class FakeNvmlLib:
         if err:
             return err
         gpu = self._gpu(handle)[1]
+        if gpu.get("unified_memory"):
+            return pynvml.NVML_ERROR_NOT_SUPPORTED
         total = int(gpu.get("total_gib", 80) * GIB)
         used = int(gpu.get("used_gib", 0) * GIB)
         reserved = int(gpu.get("reserved_mib", 0) * MIB)

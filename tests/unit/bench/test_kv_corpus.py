@@ -74,3 +74,12 @@ def test_the_fit_solves_least_squares_with_non_negative_amounts():
     rows = [[1.0, 0.0], [1.0, 1.0], [1.0, 2.0]]
     assert [round(c, 9) for c in kv_accuracy.least_squares(rows, [0.5, 2.5, 4.5])] == [0.5, 2.0]
     assert [round(c, 9) for c in kv_accuracy.nnls(rows, [2.0, 1.0, 0.0])] == [1.0, 0.0]
+
+
+def test_a_case_without_its_device_total_takes_the_corpus_total_for_that_gpu():
+    h100 = dict(CASES[0], gpu={"name": "NVIDIA H100 80GB HBM3", "count_used": 1})
+    assert kv_accuracy.gpu_total_gib(h100) == 79.19               # what 90 of the corpus's H100 engines printed
+    assert kv_accuracy.unsupported(h100) is None
+    unknown = dict(CASES[0], gpu={"name": "NVIDIA X9", "count_used": 1})
+    assert kv_accuracy.gpu_total_gib(unknown) is None
+    assert "total memory" in kv_accuracy.unsupported(unknown)

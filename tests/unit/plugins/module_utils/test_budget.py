@@ -380,10 +380,10 @@ def test_stages_hold_the_layers_and_the_vocabulary_at_the_ends():
     shares = budget.stage_shares(profile, 2, load_mtp=True)
     assert [s["layers"] for s in shares] == [40, 40] and [s["last"] for s in shares] == [False, True]
     vocab = profile["vocab_size"] * profile["hidden_size"]
-    assert shares[0]["vocab_params"] == shares[1]["vocab_params"] == vocab         # embedding, LM head
+    assert shares[0]["params_16bit"] == shares[1]["params_16bit"] == vocab         # embedding, LM head
     # every parameter sits on one stage: the stages add up to the whole model (with its MTP layer)
     whole = profile["params"]["total"] + profile["params"]["mtp"] + vocab * (1 if profile["tie_word_embeddings"] else 0)
-    assert sum(s["params"] + s["vocab_params"] for s in shares) == pytest.approx(whole, rel=1e-9)
+    assert sum(s["params"] + s["params_16bit"] for s in shares) == pytest.approx(whole, rel=1e-9)
 
 
 def test_two_nodes_split_the_weights_and_add_kv_cache():
@@ -503,14 +503,25 @@ def test_sm100_captures_more_and_larger_graphs():
 
 def test_v0_33_model_runner_v2_profiles_the_fp32_sampler_again():
     """0.33's dummy sampler run adds a pass with warm-up sampling parameters (fp32 logits, top-k / top-p): the
-    14.9 bytes an element of the V1 sampler, not 0.29 - 0.32's logits alone; GB10 takes the small batch tier."""
+    14.9 bytes an element of the V1 sampler, not 0.29 - 0.32's logits alone."""
     profile = dict(TINY, vocab_size=100000, hidden_size=1000)
     rows = 1000 * 100000
     assert engine_memory.sampler_bytes(profile, 10, 1000, "0.32.0") == 10 * 1000 * 2 + 2 * rows
     assert engine_memory.sampler_bytes(profile, 10, 1000, "0.33.0") == 10 * 1000 * 2 + int(14.9 * rows)
-    gb10 = engine_memory.engine_defaults("0.33.0", "NVIDIA GB10", 119 * GIB)
+
+
+@pytest.mark.parametrize("version", ["0.13.0", "0.18.1", "0.32.0", "0.33.0"])
+def test_gb10_takes_the_small_batch_tier_and_counts_the_host_s_growth(version):
+    """GB10's unified memory has no NVML memory figures, so get_batch_defaults' query fails and the engine takes the
+    small tier whatever its 121 GiB (by name from 0.33); the corpus's GB10 starts on 0.13 and 0.18 printed 2048
+    batched tokens. Its memory is the host's: the engine's host growth lands in non-torch (COPIES)."""
+    gb10 = engine_memory.engine_defaults(version, "NVIDIA GB10", int(121.63 * GIB))
     assert (gb10["max_num_batched_tokens"], gb10["max_num_seqs"]) == (2048, 256)
-    assert engine_memory.engine_defaults("0.32.0", "NVIDIA GB10", 119 * GIB)["max_num_batched_tokens"] == 8192
+    assert engine_memory.engine_defaults(version, "NVIDIA H100 80GB HBM3", 79 * GIB)["max_num_seqs"] == 1024
+    settings = {"version": version, "gpu_name": "NVIDIA GB10"}
+    h100 = dict(settings, gpu_name="NVIDIA H100 80GB HBM3")
+    assert engine_memory.non_torch_bytes(TINY, 1, settings) - engine_memory.non_torch_bytes(TINY, 1, h100) == \
+        engine_memory.COPIES["unified_memory_host"]
 
 
 def test_an_engine_of_unknown_version_is_budgeted_as_v0_33():
@@ -606,9 +617,9 @@ def test_the_sampler_follows_the_engine_version_and_the_model_dtype():
 
 
 @pytest.mark.parametrize("version, flashinfer, environment, chosen, sorting", [
-    ("0.10.1", None, None, None, False),          # unknown host: the v0.10 logs show FlashInfer's amount
+    ("0.10.1", None, None, None, True),           # unknown host: the sort, the larger amount (a pip install's)
     ("0.10.1", False, None, False, True),         # a plain pip install: flashinfer-python is an optional extra
-    ("0.10.1", True, None, None, False),          # installed: used where it imports
+    ("0.10.1", True, None, True, False),          # installed (the docker image): used
     ("0.11.0", None, None, False, True),          # opt-in: the v0.11.0 image logs show the sort
     ("0.11.0", True, None, False, True),
     ("0.11.0", True, {"VLLM_USE_FLASHINFER_SAMPLER": "1"}, True, False),
@@ -726,7 +737,7 @@ def test_further_engine_config_is_read_the_way_vllm_reads_it():
         "enable_prefix_caching": True, "no-async-scheduling": True, "mamba-ssm-cache-dtype": "float32",
         "max-cudagraph-capture-size": 64, "kv-transfer-config": {}, "seed": 7})
     assert settings == {"enable_prefix_caching": True, "async_scheduling": False, "mamba_ssm_cache_dtype": "float32",
-                        "max_cudagraph_capture_size": 64}
+                        "max_cudagraph_capture_size": 64, "unmodelled_config": {"kv-transfer-config": "{}"}}
     assert problems == [] and len(warnings) == 1 and warnings[0].startswith("kv-transfer-config")
     problems = engine_memory.config_settings({"no-enable-prefix-caching": "yes", "kv_cache_dtype": "fp8",
                                               "max-cudagraph-capture-size": 0})[1]
@@ -802,6 +813,11 @@ def test_calibration_key_names_the_further_config_that_moves_the_overhead_only_w
     assert plain == calibration.calibration_key(base) and "engine_config" not in plain     # old entries keep keys
     capped = engine_memory.overhead_config_key({"max_cudagraph_capture_size": 8, "enable_prefix_caching": True})
     assert capped == "max_cudagraph_capture_size=8"
+    # a key the budget does not model is in the key: "calibration will tell" only among engines run with it
+    unmodelled = engine_memory.config_settings({"attention-backend": "FLASHINFER",
+                                                "compilation_config": {"mode": 0, "cudagraph_mode": "NONE"}})[0]
+    assert engine_memory.overhead_config_key(unmodelled) == (
+        'unmodelled_config=attention-backend:FLASHINFER/compilation-config:{"cudagraph_mode": "NONE", "mode": 0}')
     assert calibration.calibration_key(dict(base, engine_config=capped)) == plain + "|engine_config=" + capped
 
 

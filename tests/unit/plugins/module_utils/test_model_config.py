@@ -11,6 +11,7 @@ import json
 
 import pytest
 
+from ansible_collections.hy3.fleet.plugins.module_utils import budget, checkpoint, engine_memory, kv_layout
 from ansible_collections.hy3.fleet.plugins.module_utils.model_config import (
     ModelConfigError, count_params, model_profile, read_model_profile)
 
@@ -132,7 +133,8 @@ def test_hy3_reads_every_field_and_counts_295_21_3_8():
     assert (p["num_hidden_layers"], p["num_key_value_heads"], p["head_dim"]) == (80, 8, 128)
     assert p["max_position_embeddings"] == 262144 and p["mla"] is None and p["quantization"] is None
     assert p["moe"] == {"num_experts": 192, "num_experts_per_tok": 8, "num_shared_experts": 1,
-                        "moe_intermediate_size": 1536, "shared_expert_intermediate_size": 1536, "dense_layers": [0]}
+                        "moe_intermediate_size": 1536, "shared_expert_intermediate_size": 1536, "dense_layers": [0],
+                        "latent_size": None}
     assert p["layer_types"] == ["full_attention"] * 80 and p["sliding_window"] is None
     params = p["params"]
     # the note's arithmetic: attention 80 x 75.5M, 79 MoE layers x (193 experts x 18.9M + router),
@@ -169,6 +171,35 @@ def test_public_families_match_their_cards(config, total, active):
         assert within(p["params"]["active"], active, 0.02), p["params"]["active"]
 
 
+# Published config.json fields of families that name the decoder their own way, with their parameter counts.
+GPT2 = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12,
+        "n_positions": 1024, "n_inner": None, "vocab_size": 50257, "activation_function": "gelu_new"}
+FALCON_7B = {"architectures": ["FalconForCausalLM"], "model_type": "falcon", "hidden_size": 4544, "n_layer": 32,
+             "n_head": 71, "multi_query": True, "parallel_attn": True, "vocab_size": 65024, "bias": False}
+CHATGLM3_6B = {"architectures": ["ChatGLMModel"], "model_type": "chatglm", "hidden_size": 4096, "num_layers": 28,
+               "num_attention_heads": 32, "multi_query_attention": True, "multi_query_group_num": 2,
+               "kv_channels": 128, "ffn_hidden_size": 13696, "padded_vocab_size": 65024, "seq_length": 8192,
+               "tie_word_embeddings": False, "torch_dtype": "float16"}
+PHI2 = {"architectures": ["PhiForCausalLM"], "model_type": "phi", "hidden_size": 2560, "intermediate_size": 10240,
+        "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 51200,
+        "max_position_embeddings": 2048, "tie_word_embeddings": False, "hidden_act": "gelu_new"}
+
+
+@pytest.mark.parametrize("config, total, kv_heads, head_dim, context", [
+    (GPT2, 0.124e9, 12, 64, 1024),
+    (FALCON_7B, 6.92e9, 1, 64, 2048),          # multi-query attention: one KV head
+    (CHATGLM3_6B, 6.24e9, 2, 128, 8192),       # multi_query_group_num, kv_channels, padded_vocab_size
+    (PHI2, 2.78e9, 32, 80, 2048),
+], ids=["gpt2", "falcon-7b", "chatglm3-6b", "phi-2"])
+def test_older_families_spellings_and_two_matrix_mlps(config, total, kv_heads, head_dim, context):
+    """GPT-2's n_embd / n_layer / n_head, Falcon's multi_query, ChatGLM's num_layers / kv_channels / ffn_hidden_size,
+    and the two-matrix MLPs of these families (read as gated, Phi-2 counted 3.6B of its 2.78B)."""
+    p = model_profile(config)
+    assert p["status"] == "read" and not p["warnings"]
+    assert (p["num_key_value_heads"], p["head_dim"], p["max_position_embeddings"]) == (kv_heads, head_dim, context)
+    assert within(p["params"]["total"], total, 0.01), p["params"]["total"]
+
+
 def test_llama3_rope_keeps_the_context_and_gqa_reads_kv_heads():
     p = model_profile(LLAMA_31_8B)
     assert p["max_position_embeddings"] == 131072           # vLLM applies no factor for llama3 rope
@@ -194,7 +225,8 @@ def test_deepseek_mla_shared_experts_dense_first_layers_mtp_and_fp8():
     assert p["moe"]["dense_layers"] == [0, 1, 2] and p["num_nextn_predict_layers"] == 1
     assert p["max_position_embeddings"] == 4096 * 40        # yarn: original length x factor, as vLLM derives
     assert p["quantization"] == {"method": "fp8", "bits": 8, "group_size": [128, 128], "weight_type": None,
-                                 "activation_scheme": "dynamic", "ignored_layers": []}
+                                 "activation_scheme": "dynamic", "ignored_layers": [],
+                                 "kv_cache_dtype": None}
     assert p["dtype"] == "bfloat16"                         # torch_dtype spelling
     assert within(p["params"]["mtp"], 11.5 * B, 0.01)       # unique MTP parameters (embedding and head shared)
 
@@ -202,7 +234,8 @@ def test_deepseek_mla_shared_experts_dense_first_layers_mtp_and_fp8():
 def test_mixtral_expert_size_is_intermediate_size_and_has_no_shared_expert():
     moe = model_profile(MIXTRAL_8X7B)["moe"]
     assert moe == {"num_experts": 8, "num_experts_per_tok": 2, "num_shared_experts": 0,
-                   "moe_intermediate_size": 14336, "shared_expert_intermediate_size": 0, "dense_layers": []}
+                   "moe_intermediate_size": 14336, "shared_expert_intermediate_size": 0, "dense_layers": [],
+                   "latent_size": None}
 
 
 def test_qwen_moe_spellings():
@@ -304,6 +337,179 @@ def test_nemotron_h_pattern_skips_mlp_layers_and_reads_mamba2_fields():
     assert relu2["params"]["dense_mlp"] == 2 * 2 * 4096 * 14336 == p["params"]["dense_mlp"] * 2 // 3
 
 
+# https://huggingface.co/nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8/blob/main/config.json (the fields read)
+NEMOTRON_3_SUPER = {
+    "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "hidden_size": 4096, "head_dim": 128,
+    "hybrid_override_pattern": "MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEM*EMEMEMEME",
+    "intermediate_size": 2688, "max_position_embeddings": 262144, "mamba_head_dim": 64, "mamba_num_heads": 128,
+    "mlp_hidden_act": "relu2", "moe_intermediate_size": 2688, "moe_latent_size": 1024,
+    "moe_shared_expert_intermediate_size": 5376, "n_groups": 8, "n_routed_experts": 512, "n_shared_experts": 1,
+    "num_attention_heads": 32, "num_experts_per_tok": 22, "num_hidden_layers": 88, "num_key_value_heads": 2,
+    "num_nextn_predict_layers": 1, "ssm_state_size": 128, "conv_kernel": 4, "tie_word_embeddings": False,
+    "vocab_size": 131072, "dtype": "bfloat16",
+}
+
+
+def test_a_latent_moe_counts_its_experts_at_the_latent_width():
+    """Nemotron-3-Super's 512 experts run in a 1024-wide latent (vLLM nemotron_h.py fc1/fc2_latent_proj): read at
+    hidden_size they made 459B of a 120B model, and the expert kernels' buffers 4 x too wide."""
+    p = model_profile(NEMOTRON_3_SUPER)
+    assert p["moe"]["latent_size"] == 1024 and p["moe"]["dense_layers"] == []
+    assert within(p["params"]["total"], 120.7 * B, 0.01) and within(p["params"]["active"], 12.7 * B, 0.02)
+    wide = model_profile(dict(NEMOTRON_3_SUPER, moe_latent_size=None))
+    assert wide["params"]["total"] > 3.5 * p["params"]["total"]
+    settings = {"max_num_batched_tokens": 8192, "version": "0.29.0", "gpu_name": "NVIDIA H100 80GB HBM3"}
+    latent = engine_memory.modular_workspace_elements(8192, 22, 2688, 1024) * 2      # Triton experts, bf16
+    assert engine_memory.moe_workspace_parts(p, 1, settings) == (latent, 0)
+    assert engine_memory.moe_workspace_parts(wide, 1, settings)[0] > 1.15 * latent
+
+
+# https://huggingface.co/nvidia/Llama-3_3-Nemotron-Super-49B-v1/blob/main/config.json: its 80 block_configs as
+# (n_heads_in_group, 0 where the attention is no_op; ffn_mult); no block is replaced by a linear layer.
+NEMOTRON_SUPER_49B_BLOCKS = (
+    [(8, 2.625)] + [(8, 5.25)] * 5 + [(0, 2.625)] * 2 + [(8, 5.25)] * 3 + [(0, 3.28125)] + [(8, 5.25)] * 30
+    + [(0, 1.3125), (0, 2.625), (0, 2.625), (0, 1.3125), (0, 5.25), (0, 1.3125), (0, 2.625), (0, 1.3125), (0, 1.3125),
+       (0, 1.3125), (8, 5.25), (0, 1.3125), (0, 1.0), (0, 1.0), (0, 1.3125), (0, 1.0), (0, 1.0), (0, 1.0), (0, 1.3125),
+       (0, 1.3125), (0, 0.5), (0, 0.5), (0, 1.0), (0, 1.0), (0, 0.5), (0, 0.5), (0, 1.0), (0, 0.5), (0, 0.5)]
+    + [(8, 5.25)] * 9)
+NEMOTRON_SUPER_49B = dict(
+    LLAMA_31_70B, architectures=["DeciLMForCausalLM"], model_type="nemotron-nas", intermediate_size=None,
+    num_key_value_heads=None, vocab_size=128256, tie_word_embeddings=False,
+    block_configs=[{"attention": {"n_heads_in_group": group or None, "no_op": not group, "replace_with_linear": False},
+                    "ffn": {"ffn_mult": mult, "no_op": False, "replace_with_linear": False}}
+                   for group, mult in NEMOTRON_SUPER_49B_BLOCKS])
+
+
+def test_decilm_blocks_give_each_layer_its_attention_and_ffn():
+    """Llama-3.3-Nemotron-Super-49B: 31 of 80 layers have no attention, the rest 64 // 8 KV heads, FFNs
+    int(2 x ffn_mult x 8192 / 3) rounded up to 256 (vLLM nemotron_nas.py). Read as a Llama, the top level's nulls
+    made it 88B with 64 KV heads on every layer: a KV cache 13 x too large."""
+    p = model_profile(NEMOTRON_SUPER_49B)
+    assert p["status"] == "read" and p["guessed"] == ["head_dim"] and p["warnings"] == []     # hidden / heads
+    assert p["layer_types"].count("full_attention") == 49 and p["layer_types"].count("no_cache") == 31
+    assert p["num_key_value_heads"] == 8 and p["intermediate_size"] == 28672 and p["mlp_sizes"][0] == 14336
+    assert within(p["params"]["total"], 49.87 * B, 0.005)
+    assert kv_layout.bytes_per_token(kv_layout.layout(p, 1, 2, 16, 32768, 8192)) == 49 * 2 * 8 * 128 * 2
+    # vLLM reads no replace_with_linear (it builds the block as any other) and takes an FFN's intermediate_size
+    # where no ffn_mult is given; an attention block without n_heads_in_group cannot be built
+    blocks = [{"attention": {"n_heads_in_group": 8, "replace_with_linear": True}, "ffn": {"intermediate_size": 1024}}]
+    odd = model_profile(dict(NEMOTRON_SUPER_49B, block_configs=blocks * 80))
+    assert odd["layer_types"] == ["full_attention"] * 80 and odd["mlp_sizes"] == [1024] * 80
+    assert any("replace_with_linear" in warning for warning in odd["warnings"])
+    with pytest.raises(ModelConfigError, match="n_heads_in_group"):
+        model_profile(dict(NEMOTRON_SUPER_49B, block_configs=[{"attention": {}, "ffn": {"ffn_mult": 1.0}}] * 80))
+
+
+# https://huggingface.co/google/gemma-4-31B-it/blob/main/config.json (text_config, the fields read; the vision tower's
+# width, depth and MLP)
+GEMMA4_31B = {
+    "architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "tie_word_embeddings": True,
+    "text_config": {
+        "model_type": "gemma4_text", "hidden_size": 5376, "intermediate_size": 21504, "num_hidden_layers": 60,
+        "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 256, "global_head_dim": 512,
+        "num_global_key_value_heads": 4, "attention_k_eq_v": True, "num_kv_shared_layers": 0,
+        "use_double_wide_mlp": False, "enable_moe_block": False, "num_experts": None, "top_k_experts": None,
+        "moe_intermediate_size": 704, "hidden_size_per_layer_input": 0, "vocab_size_per_layer_input": 262144,
+        "vocab_size": 262144, "sliding_window": 1024, "max_position_embeddings": 262144, "tie_word_embeddings": True,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "layer_types": ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(60)]},
+    "vision_config": {"model_type": "gemma4_vision", "hidden_size": 1152, "intermediate_size": 4304,
+                      "num_hidden_layers": 27, "patch_size": 16, "hidden_activation": "gelu_pytorch_tanh"},
+}
+# google/gemma-4-26B-A4B-it: experts beside the dense MLP, top_k_experts
+GEMMA4_26B_A4B = dict(GEMMA4_31B, text_config=dict(
+    GEMMA4_31B["text_config"], hidden_size=2816, intermediate_size=2112, num_hidden_layers=30, num_attention_heads=16,
+    num_key_value_heads=8, num_global_key_value_heads=2, enable_moe_block=True, num_experts=128, top_k_experts=8,
+    layer_types=GEMMA4_31B["text_config"]["layer_types"][:30]))
+# google/gemma-4-E4B-it: KV shared by the last 18 layers, per-layer embeddings, no k_eq_v
+GEMMA4_E4B = dict(GEMMA4_31B, text_config=dict(
+    GEMMA4_31B["text_config"], hidden_size=2560, intermediate_size=10240, num_hidden_layers=42, num_attention_heads=8,
+    num_key_value_heads=2, num_global_key_value_heads=None, attention_k_eq_v=False, num_kv_shared_layers=18,
+    hidden_size_per_layer_input=256, sliding_window=512, max_position_embeddings=131072, moe_intermediate_size=None,
+    layer_types=GEMMA4_31B["text_config"]["layer_types"][:42]),
+    vision_config=dict(GEMMA4_31B["vision_config"], hidden_size=768, intermediate_size=3072, num_hidden_layers=16))
+
+
+def test_gemma4_full_layers_take_their_own_kv_shape_and_one_page_size():
+    """vLLM gives Gemma 4's full layers global_head_dim and, with attention_k_eq_v, num_global_key_value_heads
+    (gemma4_layer_config), then one page size for all: the smaller page's block grows (unify_kv_cache_spec_page_size).
+    31B: sliding 16 x 256, full 4 x 512 -> the full layers' block holds 32 tokens; read flat, the full layers were
+    16 x 256 and a 262k request 1.74 x too large."""
+    p = model_profile(GEMMA4_31B)
+    assert p["status"] == "read" and p["kv_shapes"] == {"full_attention": {"head_dim": 512, "num_key_value_heads": 4}}
+    sliding = 16 * 2 * 256 * 2 * 16                     # bytes of a 16-token page, bf16
+    assert kv_layout.attention_page_bytes(p, 1, 2, 16, kind="sliding_attention") == sliding
+    assert kv_layout.attention_page_bytes(p, 1, 2, 16) == sliding // 2
+    layout = kv_layout.layout(p, 1, 2, 16, 262144, 8192)
+    assert layout["page_bytes"] == sliding and layout["groups_by_kind"] == {"sliding_attention": 5, "full_attention": 1}
+    window_blocks = kv_layout.cdiv(1024 - 1 + 8192, 16) + 1
+    assert layout["blocks_per_request"] == 5 * window_blocks + 262144 // 32
+    assert within(p["params"]["total"], 31.3 * B, 0.01)             # the card's 30.7B + the 0.55B tower
+    # q, k, v and o of the full layers at their own shape (32 x 512 queries, 4 x 512 keys and values)
+    assert p["params"]["attention"] == 50 * 2 * 5376 * (32 + 16) * 256 + 10 * 2 * 5376 * (32 + 4) * 512
+    # with k_eq_v the full layers take their own KV heads even at the sliding layers' head size
+    same_head = model_profile(dict(GEMMA4_31B, text_config=dict(GEMMA4_31B["text_config"], global_head_dim=256)))
+    assert same_head["kv_shapes"] == {"full_attention": {"num_key_value_heads": 4}}
+    # tensor parallelism past the full layers' 4 KV heads replicates them, the sliding ones still split
+    assert kv_layout.attention_page_bytes(p, 8, 2, 16) == 16 * 1 * 2 * 512 * 2
+    # vLLM issue 43308: an AWQ 31B on one A100 80GB (default 262k context and 2048-token batches), about 50 GB of KV
+    # cache, reported "~55k" tokens on 0.20 (blocks // 6 groups x 16) and "~525k" on 0.21 (concurrency x length)
+    a100 = kv_layout.layout(p, 1, 2, 16, 262144, 2048)
+    v020, v021 = (kv_layout.capacity(a100, 50 * 10 ** 9, tokens_from_concurrency=flag)["tokens"] for flag in (False, True))
+    assert 50000 < v020 < 55000 and 500000 < v021 < 600000
+
+
+@pytest.mark.parametrize("kv_gib, tokens, concurrency", [(83.89, 3875400, 14.78), (84.68, 3912140, 14.92)])
+def test_gemma4_26b_tokens_as_a_public_start_printed(kv_gib, tokens, concurrency):
+    """Two public vLLM 0.25.1 starts of gemma-4-26B-A4B (AWQ int4 and NVFP4) on a DGX Spark at 262,144 tokens,
+    2496 batched tokens (github.com/sostrowsk/dgx-spark-local-llm at 4b54864, gemma4-int4.log and
+    gemma4-nvfp4.log): "Available KV cache memory", "GPU KV cache size" and "Maximum concurrency". From the printed
+    GiB the layout gives the printed tokens and concurrency: the full layers' 2 x 512 KV at 32-token blocks beside
+    the sliding layers' 8 x 256 at 16, grouped 5 + 1."""
+    layout = kv_layout.layout(model_profile(GEMMA4_26B_A4B), 1, 2, 16, 262144, 2496)
+    capacity = kv_layout.capacity(layout, int(kv_gib * 1024 ** 3))
+    assert abs(capacity["tokens"] - tokens) < 0.0001 * tokens and capacity["max_concurrency"] == concurrency
+
+
+def test_gemma4_kv_shared_layers_hold_no_cache_and_experts_run_beside_the_mlp():
+    e4b = model_profile(GEMMA4_E4B)
+    assert e4b["layer_types"][-18:] == ["kv_shared"] * 18
+    assert kv_layout.layer_kinds(e4b) == {"sliding_attention": 20, "full_attention": 4}
+    # sliding 2 x 256 is the smaller page here: its block grows to 32 tokens
+    assert kv_layout.unified_block_sizes({"sliding_attention": 16 * 2048, "full_attention": 16 * 4096},
+                                         {"sliding_attention": 16, "full_attention": 16}) == {
+        "sliding_attention": 32, "full_attention": 16}
+    assert e4b["params"]["embedding"] == 262144 * 2560 + 42 * 256 * (262144 + 3 * 2560)     # + per-layer inputs
+    # vLLM builds the per-layer input table on every pipeline rank, and the header-less estimate holds it
+    halves = [budget.stage_weight_bytes(e4b, 16, 1, share, False)[1] for share in budget.stage_shares(e4b, 2, False)]
+    assert halves[0] == halves[1] and sum(halves) > 1.4
+    assert checkpoint.estimated_bytes_per_rank(e4b, 16, 1) == budget.nominal_weight_bytes_per_rank(e4b, 16, 1, False)
+    assert within(e4b["params"]["total"], 7.9 * B, 0.06)             # the card's 8B, its audio tower unread
+    moe = model_profile(GEMMA4_26B_A4B)
+    assert moe["moe"]["num_experts_per_tok"] == 8 and moe["moe"]["parallel_dense_mlp"]
+    assert moe["params"]["dense_mlp"] == 30 * 3 * 2816 * 2112
+    assert within(moe["params"]["total"], 25.8 * B, 0.02) and within(moe["params"]["active"], 3.8 * B, 0.03)
+
+
+@pytest.mark.parametrize("config, pp, cache_free_stage", [(NEMOTRON_SUPER_49B, 8, 6), (GEMMA4_E4B, 3, 2)],
+                         ids=["nemotron-super-49b-pp8", "gemma-4-e4b-pp3"])
+def test_a_pipeline_stage_without_kv_layers_bounds_no_cache(config, pp, cache_free_stage):
+    """Layers 60-69 of the 49B have no attention, layers 28-41 of Gemma 4 E4B share earlier layers' caches: such a
+    stage holds weights and no KV cache, so it bounds no block count (it had made the budget fail)."""
+    gib = 1024 ** 3
+    tier = {"name": "bf16", "bits": 16, "present": True, "dtype": "bfloat16", "weights_dir": "/w"}
+    result = budget.plan(model_profile(config), [tier], [{"index": i, "total": 80 * gib, "free": 80 * gib}
+                                                         for i in range(pp)],
+                         gpu_memory_utilization=0.9, max_model_len=8192, min_max_model_len=8192, max_num_seqs=16,
+                         min_max_num_seqs=16, pipeline_parallel_size=pp, nodes_needed_up_to=0,
+                         engine={"version": "0.20.0", "gpu_name": "NVIDIA H100 80GB HBM3"})
+    stages = result["budget_bytes"]["stages"]
+    assert stages[cache_free_stage]["kv_cache_blocks"] is None
+    caching = [s["kv_cache_blocks"] for s in stages if s["kv_cache_blocks"] is not None]
+    assert len(caching) < pp and result["budget_bytes"]["kv_cache_blocks"] == min(caching)
+    assert result["kv_cache_tokens"] > 0 and result["starts"]
+
+
 @pytest.mark.parametrize("fields, state", [
     # Granite-4.0-H: mamba_expand x hidden
     ({"layer_types": ["mamba", "attention"], "mamba_expand": 2, "mamba_n_groups": 1, "mamba_n_heads": 128,
@@ -347,15 +553,15 @@ def test_quantization_configs():
     assert quantization({"quant_method": "fp8", "activation_scheme": "static",
                          "ignored_layers": ["lm_head", "model.embed_tokens"]}) == {
         "method": "fp8", "bits": 8, "group_size": None, "weight_type": None, "activation_scheme": "static",
-        "ignored_layers": ["lm_head", "model.embed_tokens"]}
+        "ignored_layers": ["lm_head", "model.embed_tokens"], "kv_cache_dtype": None}
     assert quantization({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False})["bits"] == 4
     assert quantization({"quant_method": "awq", "bits": 4, "group_size": 128, "modules_to_not_convert": ["gate"]}) == {
         "method": "awq", "bits": 4, "group_size": 128, "weight_type": None, "activation_scheme": None,
-        "ignored_layers": ["gate"]}
+        "ignored_layers": ["gate"], "kv_cache_dtype": None}
     ct = {"quant_method": "compressed-tensors", "ignore": ["lm_head"],
           "config_groups": {"group_0": {"weights": {"num_bits": 4, "group_size": 32, "type": "int"}}}}
     assert quantization(ct) == {"method": "compressed-tensors", "bits": 4, "group_size": 32, "weight_type": "int",
-                                "activation_scheme": None, "ignored_layers": ["lm_head"]}
+                                "activation_scheme": None, "ignored_layers": ["lm_head"], "kv_cache_dtype": None}
     # compressed-tensors names its activation scheme in each group (llm-compressor's FP8_DYNAMIC)
     ct_fp8 = {"quant_method": "compressed-tensors", "config_groups": {"group_0": {
         "weights": {"num_bits": 8, "type": "float"}, "input_activations": {"num_bits": 8, "dynamic": True}}}}
@@ -364,6 +570,48 @@ def test_quantization_configs():
     assert quantization({"quant_method": "mxfp4"})["weight_type"] == "float"
     # a lone module name is one name, not a list of its letters
     assert quantization({"quant_method": "awq", "bits": 4, "ignore": "lm_head"})["ignored_layers"] == ["lm_head"]
+
+
+def test_modelopt_exports_are_read_by_their_quant_algo(tmp_path):
+    """NVIDIA ModelOpt names its format by quant_algo, not bits; read as 16-bit, an NVFP4 checkpoint was budgeted
+    at 3.6 x its weights. Older exports keep it in hf_quant_config.json beside config.json, which vLLM reads."""
+    from ansible_collections.hy3.fleet.plugins.module_utils.model_config import quantization
+    nvfp4 = quantization({"quant_method": "modelopt", "quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8",
+                          "group_size": 16, "exclude_modules": ["lm_head", "model.layers.*.self_attn*"]})
+    assert (nvfp4["bits"], nvfp4["weight_type"], nvfp4["group_size"]) == (4, "float", 16)
+    # vLLM 0.14+ runs --kv-cache-dtype auto as the checkpoint's FP8 KV cache
+    assert nvfp4["kv_cache_dtype"] == "fp8"
+    profile = dict(model_profile(LLAMA_31_8B), quantization=nvfp4)
+    assert [engine_memory.checkpoint_kv_cache_dtype(profile, requested, version) for requested, version in (
+        ("auto", "0.13.0"), ("auto", "0.14.0"), ("fp8_e5m2", "0.29.0"))] == ["auto", "fp8", "fp8_e5m2"]
+    assert quantization({"quant_method": "modelopt", "quant_algo": "FP8",
+                         "kv_cache_scheme": {"num_bits": 8, "type": "float", "dynamic": False}})["kv_cache_dtype"] == "fp8"
+    # an llm-compressor checkpoint's kv_cache_scheme: fp8 for auto from 0.22
+    ct = dict(profile, quantization=quantization({"quant_method": "compressed-tensors", "config_groups": {},
+                                                  "kv_cache_scheme": {"num_bits": 8, "type": "float"}}))
+    assert [engine_memory.checkpoint_kv_cache_dtype(ct, "auto", version) for version in ("0.21.0", "0.22.0")] == [
+        "auto", "fp8"]
+    assert nvfp4["ignored_layers"] == ["lm_head", "model.layers.*.self_attn*"]
+    assert quantization({"quant_method": "modelopt", "quant_algo": "FP8"})["bits"] == 8
+    mixed = {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION", "quantized_layers": {
+        "model.layers.0.mlp.experts": {"quant_algo": "NVFP4", "group_size": 16},
+        "model.layers.1.mlp.experts": {"quant_algo": "NVFP4", "group_size": 16},
+        "model.layers.0.self_attn.qkv_proj": {"quant_algo": "FP8"}}}
+    # mixed precision: the algorithm most modules use (the experts'), a tie to the wider
+    assert (quantization(mixed)["bits"], quantization(mixed)["weight_type"]) == (4, "float")
+    mixed["quantized_layers"]["model.layers.1.self_attn.qkv_proj"] = {"quant_algo": "FP8"}
+    assert quantization(mixed)["bits"] == 8
+    assert quantization({"quant_method": "modelopt", "quant_algo": "W4A16_NVFP4"})["bits"] == 4
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_31_8B))
+    assert read_model_profile(str(tmp_path / "config.json"))["quantization"] is None
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps(
+        {"producer": {"name": "modelopt", "version": "0.27.1"},
+         "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8", "exclude_modules": ["lm_head"]}}))
+    sidecar = read_model_profile(str(tmp_path / "config.json"))["quantization"]
+    assert (sidecar["method"], sidecar["bits"], sidecar["ignored_layers"]) == ("modelopt", 8, ["lm_head"])
+    (tmp_path / "hf_quant_config.json").write_text("{not json")
+    with pytest.raises(ModelConfigError, match="hf_quant_config.json"):
+        read_model_profile(str(tmp_path / "config.json"))
 
 
 def test_mxfp4_weights_count_their_block_scales_and_the_attention_left_in_16_bits():
@@ -527,3 +775,86 @@ def test_a_sliding_window_without_a_layer_pattern_slides_every_layer_only_in_a_k
     mimo = model_profile(dict(mistral, model_type="mimo_v2_flash", sliding_window=128,
                               hybrid_layer_pattern=[0] + [1] * 31))
     assert mimo["layer_types"][:2] == ["full_attention", "sliding_attention"] and mimo["sliding_window"] == 128
+
+
+def test_a_float32_tier_holds_every_parameter_in_four_bytes():
+    # the embedding and LM head too (they were priced at 2 bytes: Llama-3.1-8B in float32 read 2 GiB short of
+    # the 29.98 GiB an H100 engine loaded); stages add up to the whole model
+    from ansible_collections.hy3.fleet.plugins.module_utils.budget import (
+        nominal_weight_bytes_per_rank, stage_shares, stage_weight_bytes)
+    p = model_profile(LLAMA_31_8B)
+    assert nominal_weight_bytes_per_rank(p, 32, 1, False) == p["params"]["total"] * 4
+    assert nominal_weight_bytes_per_rank(p, 16, 1, False) == p["params"]["total"] * 2
+    assert abs(sum(stage_weight_bytes(p, 32, 1, share, False)[0] for share in stage_shares(p, 2, False))
+               - p["params"]["total"] * 4) <= 2
+
+
+@pytest.mark.parametrize("block_size, kv_gib, tokens, concurrency", [(16, 13.47, 63988, 15.62), (48, 8.56, 27946, 6.82)])
+def test_gemma4_26b_sliding_layers_keep_the_kernel_s_block(block_size, kv_gib, tokens, concurrency):
+    """Two public vLLM 0.29.0 starts of gemma-4-26B-A4B-it-FP8-dynamic on an L40S at 4096 tokens, 2048 batched
+    (github.com/akamaslabs/vllm-benchmark at 026d8a5, studies/30-l40s-gemma4-26b-tps/probe/results B-default.log and
+    E-o3.log). From 0.25 a sliding-window layer takes the kernel's smallest block (16) whatever --block-size says:
+    at 48 the full layers' 48-token page (192 KiB) is not a whole multiple of the sliding one (128 KiB), so the
+    sliding pages are padded to it, a third of each empty. Before 0.25 they took --block-size."""
+    profile = model_profile(GEMMA4_26B_A4B)
+    engine = {"version": "0.29.0", "max_num_batched_tokens": 2048}
+    starts = engine_memory.attention_start_blocks(engine)
+    layout = kv_layout.layout(profile, 1, 2, block_size, 4096, engine_memory.in_flight_tokens(profile, engine),
+                              start_blocks=starts)
+    capacity = kv_layout.capacity(layout, int(kv_gib * 1024 ** 3))
+    assert abs(capacity["tokens"] - tokens) < 0.002 * tokens and abs(capacity["max_concurrency"] - concurrency) <= 0.01
+    assert engine_memory.attention_start_blocks({"version": "0.24.0"}) == {}
+    old = kv_layout.layout(profile, 1, 2, 48, 4096, 4096)
+    assert old["page_bytes"] == 48 * 8 * 512 * 2 and kv_layout.capacity(old, int(8.56 * 1024 ** 3))["tokens"] > 40000
+
+
+def test_a_cold_compile_charges_the_embedding_table_it_benchmarks():
+    """From v0.29 a cold torch.compile's benchmark copies land in the profile's peak: the input embedding table of a
+    text-only run, beyond what the profile's own peak and the expert workspace kept after it already hold."""
+    llama = model_profile(LLAMA_31_8B)
+    table = 128256 * 4096 * 2
+    settings = {"version": "0.29.0", "max_num_batched_tokens": 2048, "max_num_seqs": 256}
+    assert engine_memory.cold_compile_bytes(llama, 1, settings) == table
+    assert engine_memory.cold_compile_bytes(llama, 2, settings) == table // 2          # the vocabulary is split
+    for off in ({"version": "0.28.0"}, {"enforce_eager": True}, {"first_pp_stage": False}):
+        assert engine_memory.cold_compile_bytes(llama, 1, dict(settings, **off)) == 0
+    tower = {"depth": 2, "hidden_size": 64, "intermediate_size": 128, "num_heads": 2, "patch_size": 14}
+    with_tower = model_profile(dict(LLAMA_31_8B, vision_config=tower))
+    assert with_tower["params"]["vision"] and engine_memory.cold_compile_bytes(with_tower, 1, settings) == 0
+    lines = engine_memory.overhead(llama, 1, settings)
+    assert lines["cold_compile"] == table - lines["activation_peak"] - lines["moe_workspace"]
+    # a forward that outgrows the table hides it
+    assert engine_memory.overhead(llama, 1, dict(settings, max_num_batched_tokens=65536))["cold_compile"] == 0
+
+
+def test_a_public_cold_gemma4_start_whose_profile_charged_its_embedding_table():
+    """vLLM 0.29.0, gemma-4-26B-A4B-it-FP8-dynamic on one L40S, --language-model-only, 2048 batched tokens, 256
+    sequences (github.com/akamaslabs/vllm-benchmark at 026d8a5, studies/30-l40s-gemma4-26b-tps/probe/results/
+    B-default.log): "Model loading took 24.72 GiB", "Available KV cache memory: 13.47 GiB", "1.73 GiB for peak
+    activation" of which 0.5 GiB is the graph estimate. Without the compile's 1.2 GiB the budget said 14.67 GiB."""
+    profile = model_profile(GEMMA4_26B_A4B)
+    tier = {"name": "fp8", "bits": 8, "present": True, "dtype": "bfloat16", "weights_dir": "/w",
+            "weight_bytes_per_rank": int(24.72 * 1024 ** 3), "weights_as_loaded": True}
+    total = int(44.39 * 1024 ** 3)
+    result = budget.plan(profile, [tier], [{"index": 0, "total": total, "free": total}], gpu_memory_utilization=0.92,
+                         max_model_len=4096, min_max_model_len=4096, max_num_seqs=256, min_max_num_seqs=256,
+                         engine={"version": "0.29.0", "gpu_name": "NVIDIA L40S", "max_num_batched_tokens": 2048,
+                                 "language_model_only": True, "moe_backend": "triton", "async_scheduling": True,
+                                 "max_cudagraph_capture_size": 512})
+    table = result["budget_bytes"]
+    assert result["vision_tower_skipped"] == "--language-model-only"
+    assert 1.0 * 1024 ** 3 < table["cold_compile"] < 1.3 * 1024 ** 3
+    assert abs(table["kv_available"] / 1024 ** 3 - 13.47) < 0.3
+
+
+def test_only_the_first_pipeline_stage_holds_the_embedding_table_a_cold_compile_copies():
+    llama = model_profile(LLAMA_31_8B)
+    tier = {"name": "bf16", "bits": 16, "present": True, "dtype": "bfloat16", "weights_dir": "/w"}
+    gpus = [{"index": i, "total": 80 * 1024 ** 3, "free": 80 * 1024 ** 3} for i in range(3)]
+    result = budget.plan(llama, [tier], gpus, max_model_len=4096, min_max_model_len=4096, max_num_seqs=8,
+                         min_max_num_seqs=8, tensor_parallel_size=1, pipeline_parallel_size=3,
+                         engine={"version": "0.29.0", "max_num_batched_tokens": 2048})
+    first, middle, _last = (stage["overhead"] for stage in result["budget_bytes"]["stages"])
+    compile_copy = engine_memory.overhead(llama, 1, {"version": "0.29.0", "max_num_batched_tokens": 2048,
+                                                     "max_num_seqs": 8, "last_pp_stage": False})["cold_compile"]
+    assert compile_copy > 0 and first - middle == compile_copy

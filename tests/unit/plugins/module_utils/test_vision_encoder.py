@@ -7,7 +7,7 @@ import pytest
 
 import sample_checkpoints
 
-from ansible_collections.hy3.fleet.plugins.module_utils import engine_memory
+from ansible_collections.hy3.fleet.plugins.module_utils import budget, engine_memory
 from ansible_collections.hy3.fleet.plugins.module_utils.budget import GIB, plan
 from ansible_collections.hy3.fleet.plugins.module_utils.model_config import model_profile, with_preprocessor_pixels
 from ansible_collections.hy3.fleet.plugins.module_utils.weight_files import inspect_weights
@@ -17,7 +17,7 @@ QWEN25_VL_7B = {
     "architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl", "hidden_size": 3584,
     "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
     "vocab_size": 152064, "max_position_embeddings": 128000, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-    "vision_config": {"depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16,
+    "vision_config": {"depth": 32, "hidden_act": "silu", "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16,
                       "out_hidden_size": 3584, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2,
                       "window_size": 112, "fullatt_block_indexes": [7, 15, 23, 31]},
 }
@@ -28,13 +28,16 @@ QWEN3_VL_30B = {
                     "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
                     "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8,
                     "vocab_size": 151936, "max_position_embeddings": 262144, "dtype": "bfloat16"},
-    "vision_config": {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16,
-                      "out_hidden_size": 2048, "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2,
+    "vision_config": {"depth": 27, "hidden_act": "gelu_pytorch_tanh", "hidden_size": 1152, "intermediate_size": 4304,
+                      "num_heads": 16, "out_hidden_size": 2048, "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2,
                       "deepstack_visual_indexes": [8, 16, 24]},
 }
 LLAVA = {"architectures": ["LlavaForConditionalGeneration"], "model_type": "llava", "hidden_size": 4096,
          "num_hidden_layers": 32, "num_attention_heads": 32, "vocab_size": 32064,
          "vision_config": {"model_type": "clip_vision_model", "hidden_size": 1024}}
+
+
+KIMI_K25 = dict(QWEN25_VL_7B, architectures=["KimiK25ForConditionalGeneration"])
 
 
 def engine(**extra):
@@ -58,6 +61,64 @@ def test_vision_towers_are_read_with_their_own_field_names():
     llava = model_profile(LLAVA)
     assert llava["vision"] == {"family": None} and any("clip_vision_model" in w for w in llava["warnings"])
     assert model_profile(dict(QWEN25_VL_7B, vision_config=None))["vision"] is None
+
+
+# The published parameter counts (the checkpoints' safetensors totals as their model pages give them).
+PUBLISHED_TOTAL_PARAMS = {"Qwen2.5-VL-7B": 8.29e9, "Qwen3-VL-30B-A3B": 31.07e9}
+
+
+@pytest.mark.parametrize("name, config", [("Qwen2.5-VL-7B", QWEN25_VL_7B), ("Qwen3-VL-30B-A3B", QWEN3_VL_30B)])
+def test_a_config_only_estimate_counts_the_vision_tower(name, config):
+    """vLLM loads the tower beside the language model, so a budget without shard headers must count it: a floor
+    (no position tables or biases, one projector matrix), within 1% of the published total."""
+    params = model_profile(config)["params"]
+    text_only = model_profile(dict(config, vision_config=None))["params"]
+    assert params["vision"] > 0.4e9 and params["total"] == text_only["total"] + params["vision"]
+    assert params["active"] == text_only["active"]        # a token's forward through the language model
+    assert 0.99 * PUBLISHED_TOTAL_PARAMS[name] < params["total"] <= PUBLISHED_TOTAL_PARAMS[name]
+
+
+def test_the_tower_s_weights_stay_16_bit_and_sit_on_every_stage():
+    """vLLM's Qwen-VL classes build the tower whatever the pipeline rank (qwen2_5_vl.py has no first-rank test),
+    so every stage holds it; Gemma 4's transformers-built tower is whole on every tensor-parallel rank."""
+    profile = model_profile(QWEN25_VL_7B)
+    vision = profile["params"]["vision"]
+    text_only = model_profile(dict(QWEN25_VL_7B, vision_config=None))
+    # an int4 tier quantizes the language model's layers only (quantizers leave the tower out)
+    int4 = dict(profile, quantization={"bits": 4})
+    added = (budget.nominal_weight_bytes_per_rank(int4, 4, 1, False)
+             - budget.nominal_weight_bytes_per_rank(dict(text_only, quantization={"bits": 4}), 4, 1, False))
+    assert added == pytest.approx(2 * vision, abs=1)
+    first, last = budget.stage_shares(profile, 2, load_mtp=False)
+    first_text, last_text = budget.stage_shares(text_only, 2, load_mtp=False)
+    assert first["params_16bit"] - first_text["params_16bit"] == vision == \
+        last["params_16bit"] - last_text["params_16bit"]
+    assert first["params"] == pytest.approx(first_text["params"])
+    split = budget.nominal_weight_bytes_per_rank(profile, 16, 4, False)
+    replicated = budget.nominal_weight_bytes_per_rank(dict(profile, vision_replicated=True), 16, 4, False)
+    assert replicated - split == pytest.approx(2 * vision * 3 / 4, abs=2)
+
+
+def test_remote_code_vlms_nest_their_language_model_under_their_own_names():
+    """InternVL (and Ovis) call it llm_config, DeepSeek-VL2 language_config; read at the top level instead, the
+    config has no num_hidden_layers and the budget could not run."""
+    language = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584,
+                "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+                "vocab_size": 151674, "max_position_embeddings": 32768, "tie_word_embeddings": False}
+    tower = {"model_type": "intern_vit_6b", "hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24,
+             "patch_size": 14, "image_size": 448, "hidden_act": "gelu"}
+    for field in ("llm_config", "language_config"):
+        profile = model_profile({"architectures": ["InternVLChatModel"], "model_type": "internvl_chat",
+                                 field: language, "vision_config": tower})
+        assert (profile["num_hidden_layers"], profile["hidden_size"], profile["num_key_value_heads"]) == (28, 3584, 4)
+        assert 0.3e9 < profile["params"]["vision"] < 0.31e9         # InternViT-300M
+
+
+def test_a_tower_without_a_named_width_and_depth_adds_nothing():
+    assert model_profile(LLAVA)["params"]["vision"] == 0     # its config names no depth
+    assert model_profile(dict(LLAVA, vision_config={"model_type": "clip_vision_model", "hidden_size": 1024,
+                                                    "num_hidden_layers": 24, "intermediate_size": 4096,
+                                                    "patch_size": 14}))["params"]["vision"] > 0.3e9
 
 
 def test_preprocessor_caps_replace_the_stock_ones():
@@ -182,7 +243,8 @@ def test_further_config_limits_and_language_model_only_are_read():
     settings, problems, warnings = engine_memory.config_settings({
         "limit-mm-per-prompt": '{"video": 0, "image": {"count": 2, "width": 512}}', "language_model_only": True,
         "mm-processor-kwargs": {"max_pixels": 1000}})
-    assert settings == {"mm_limits": {"video": 0, "image": 2}, "language_model_only": True} and problems == []
+    assert settings == {"mm_limits": {"video": 0, "image": 2}, "language_model_only": True,
+                        "unmodelled_config": {"mm-processor-kwargs": '{"max_pixels": 1000}'}} and problems == []
     assert [w.split(" ")[0] for w in warnings] == ["limit-mm-per-prompt:", "mm-processor-kwargs"]   # width: said
     assert engine_memory.config_settings({"limit_mm_per_prompt": {"image": -1}})[1] == [
         "limit_mm_per_prompt: {'image': -1} is not a value vLLM takes there"]
@@ -206,3 +268,68 @@ def test_a_checkpoint_s_preprocessor_is_read_and_a_broken_one_named(tmp_path):
     info = inspect_weights(str(tmp_path / "bf16"))
     assert (info["status"], info["problem"], info["present"]) == ("weight_loading", "bad_config", False)
     assert "preprocessor_config.json" in info["reason"] and "cannot be read as JSON" in info["reason"]
+
+
+# --- a tower the engine does not build: no image or video input ---
+
+@pytest.mark.parametrize("config, settings, skipped", [
+    (QWEN25_VL_7B, engine(language_model_only=True), "--language-model-only"),
+    (QWEN25_VL_7B, engine(mm_limits={"image": 0, "video": 0}), "--limit-mm-per-prompt 0 for image and video"),
+    (QWEN25_VL_7B, engine(mm_limits={"image": 0}), None),                   # videos still 999: the tower is built
+    (QWEN25_VL_7B, engine(), None),
+    (QWEN25_VL_7B, engine(version="0.16.0", language_model_only=True), None),   # the flag arrived in 0.17
+    (QWEN25_VL_7B, engine(version="0.10.2", mm_limits={"image": 0, "video": 0}), "--limit-mm-per-prompt 0 for image and video"),
+    (QWEN3_VL_30B, engine(version="0.10.2", mm_limits={"image": 0, "video": 0}), None),    # its class checks from 0.11
+    (QWEN3_VL_30B, engine(version="0.11.0", mm_limits={"image": 0, "video": 0}), "--limit-mm-per-prompt 0 for image and video"),
+    (dict(QWEN25_VL_7B, architectures=["Gemma3ForConditionalGeneration"]),
+     engine(version="0.14.0", mm_limits={"image": 0, "video": 0}), None),  # every model only from 0.15
+    (dict(QWEN25_VL_7B, architectures=["Gemma3ForConditionalGeneration"]),
+     engine(version="0.15.0", mm_limits={"image": 0, "video": 0}), "--limit-mm-per-prompt 0 for image and video"),
+    (dict(QWEN25_VL_7B, vision_config=None), engine(language_model_only=True), None),     # no tower to leave out
+    (dict(QWEN25_VL_7B, architectures=["KeyeForConditionalGeneration"]),
+     engine(version="0.14.0", mm_limits={"image": 0, "video": 0}), None),  # reads the limits, builds its tower anyway
+    # Kimi-K2.5's tower reads "vision_chunk" items, and is marked only from 0.16
+    (KIMI_K25, engine(version="0.29.0", mm_limits={"image": 0, "video": 0}), None),
+    (KIMI_K25, engine(version="0.29.0", mm_limits={"vision_chunk": 0}), "--limit-mm-per-prompt 0 for vision_chunk"),
+    (KIMI_K25, engine(version="0.15.0", mm_limits={"vision_chunk": 0}), None),
+    (KIMI_K25, engine(version="0.17.0", language_model_only=True), "--language-model-only"),
+])
+def test_when_the_engine_builds_no_tower(config, settings, skipped):
+    assert engine_memory.vision_tower_skipped(model_profile(config), settings) == skipped
+
+
+def test_a_tower_not_built_is_not_budgeted():
+    """Its parameters leave the floor; its tensors (read from the headers) leave the measured bytes."""
+    gpu = [{"index": 0, "total": 80 * GIB, "free": 80 * GIB}]
+    profile = model_profile(QWEN25_VL_7B)
+    tower = profile["params"]["vision"]
+
+    def budgeted(tier, **settings):
+        result = plan(profile, [dict(tier)], gpu, max_model_len=32768, min_max_model_len=32768, max_num_seqs=8,
+                      min_max_num_seqs=8, engine=engine(max_model_len=32768, **settings))
+        return result["budget_bytes"]["weights"], result
+
+    floor = {"name": "bf16", "bits": 16, "present": True, "dtype": "bfloat16", "weights_dir": "/w"}
+    with_tower, built = budgeted(floor)
+    without, skipped = budgeted(floor, language_model_only=True)
+    assert with_tower - without == tower * 2 and built["vision_tower_skipped"] is None
+    assert skipped["vision_tower_skipped"] == "--language-model-only"
+    assert skipped["total_params_b"] == round((profile["params"]["total"] - tower) / 1e9, 2)
+    measured = dict(floor, weight_bytes_per_rank=16 * GIB, tower_bytes_per_rank=GIB)
+    assert budgeted(measured, language_model_only=True)[0] == 15 * GIB
+    assert budgeted(measured)[0] == 16 * GIB
+
+
+def test_the_headers_say_which_bytes_are_the_tower_s():
+    from ansible_collections.hy3.fleet.plugins.module_utils.checkpoint import summarize
+    tensors = {
+        "model.language_model.layers.0.mlp.down_proj.weight": ("a", "BF16", [64, 256], 64 * 256 * 2),
+        "model.visual.blocks.0.attn.qkv.weight": ("a", "BF16", [96, 32], 96 * 32 * 2),
+        "visual.merger.mlp.0.weight": ("a", "BF16", [32, 32], 32 * 32 * 2),
+        "multi_modal_projector.linear_1.weight": ("a", "BF16", [32, 32], 32 * 32 * 2),
+        "vision_tower.vision_model.encoder.layers.0.mlp.fc1.weight": ("a", "BF16", [32, 32], 32 * 32 * 2),
+        "model.vision_tower_norm.weight": ("a", "BF16", [32], 64),        # a name that only starts like one
+    }
+    facts = summarize(tensors, 1)
+    assert facts["tower_bytes_per_rank"] == (96 * 32 + 3 * 32 * 32) * 2
+    assert facts["weight_bytes_per_rank"] == sum(t[3] for t in tensors.values())

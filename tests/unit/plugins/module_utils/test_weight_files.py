@@ -78,3 +78,32 @@ def test_truncated_shard_keeps_the_profile(tmp_path):
     info = expect(d, "truncated", shard)
     assert info["profile"]["model_type"] == "hy_v3" and info["params_config"]["total"] > 0
     assert info["params_header"] is None and info["measured_bytes"] is None
+
+
+def write_in(directory, float_dtype, fmt="bf16"):
+    """The tiny Hy3 checkpoint with its 16-bit tensors stored as float_dtype (an F32 export, say)."""
+    gen = sample_checkpoints.generator
+    config = dict(sample_checkpoints.TINY_HY3)
+    tensors = [(name, float_dtype if dtype == "BF16" else dtype, shape) for name, dtype, shape in gen.hy3_tensors(fmt, config)]
+    gen.write_checkpoint(str(directory), tensors, config, 200_000)
+    return str(directory)
+
+
+def test_an_unquantized_checkpoint_is_loaded_at_the_served_dtype(tmp_path):
+    """vLLM builds the parameters in --dtype and copies the file's tensors into them."""
+    bf16 = inspect_weights(write_in(tmp_path / "bf16", "BF16"), tp=2, served_float_bytes=2)
+    f32 = inspect_weights(write_in(tmp_path / "f32", "F32"), tp=2, served_float_bytes=2)
+    assert f32["data_bytes"] > 1.9 * bf16["data_bytes"]                                  # the files double
+    assert abs(f32["weight_bytes_per_rank"] - bf16["weight_bytes_per_rank"]) < 0.01 * bf16["weight_bytes_per_rank"]
+    assert f32["bits"] == bf16["bits"] == 16 and f32["weight_dtype"] == "F32"
+    assert any("stored as F32 are loaded in the served dtype, 2 bytes" in w for w in f32["warnings"])
+    assert not any("served dtype" in w for w in bf16["warnings"])
+    as_fp32 = inspect_weights(write_in(tmp_path / "bf16-as-fp32", "BF16"), tp=2, served_float_bytes=4)
+    assert as_fp32["weight_bytes_per_rank"] > 1.95 * bf16["weight_bytes_per_rank"] and as_fp32["bits"] == 32
+    files_only = inspect_weights(str(tmp_path / "f32"), tp=2)                           # no served dtype: the files
+    assert files_only["weight_bytes_per_rank"] > 1.9 * bf16["weight_bytes_per_rank"]
+
+
+def test_a_quantized_checkpoint_keeps_its_own_dtypes(tmp_path):
+    path = sample_checkpoints.write(tmp_path / "fp8", "fp8")
+    assert inspect_weights(path, served_float_bytes=4)["weight_bytes_per_rank"] == inspect_weights(path)["weight_bytes_per_rank"]

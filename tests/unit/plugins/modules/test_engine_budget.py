@@ -189,7 +189,8 @@ def test_nvml_link_state_decides_the_tensor_parallel_buffers(tmp_path):
 
 def test_the_host_decides_the_sampler_of_an_early_engine(tmp_path):
     """v0.10.1 without flashinfer-python sorts the full logits in its profile run (38.4 B an element instead of
-    FlashInfer's 14.9); unknown, the version's usual case; VLLM_USE_FLASHINFER_SAMPLER=1 wins where installed."""
+    FlashInfer's 14.9), and so does a host that does not say (the larger amount); installed, FlashInfer's sampler
+    is used; VLLM_USE_FLASHINFER_SAMPLER=1 wins where installed."""
     bf16 = sample_checkpoints.write(tmp_path / "bf16")
     tiers = [{"name": "bf16", "weights_dir": bf16}]
 
@@ -200,11 +201,12 @@ def test_the_host_decides_the_sampler_of_an_early_engine(tmp_path):
                                                      **extra)).result
         return result["engine"]["flashinfer_sampler"], result["budget_bytes"]["activation_peak"]
 
-    (bare, sorted_peak), (unknown, lean_peak) = budget(flashinfer_installed=False), budget()
+    (bare, sorted_peak), (unknown, unknown_peak) = budget(flashinfer_installed=False), budget()
+    installed, lean_peak = budget(flashinfer_installed=True)
     opted_in = budget(flashinfer_installed=False, engine_environment={"VLLM_USE_FLASHINFER_SAMPLER": "1"})
-    assert (bare, unknown, opted_in[0]) == (False, None, False)       # opting in cannot use what is not there
+    assert (bare, unknown, installed, opted_in[0]) == (False, None, True, False)   # opting in needs the package
     assert budget(flashinfer_installed=True, engine_environment={"VLLM_USE_FLASHINFER_SAMPLER": "1"})[0] is True
-    assert sorted_peak > 2 * lean_peak
+    assert sorted_peak == unknown_peak > 2 * lean_peak
 
 
 def test_cpu_engine_without_a_kv_size_is_a_clear_error(tmp_path):
@@ -290,3 +292,31 @@ def test_a_multimodal_checkpoint_budgets_its_vision_tower(tmp_path, monkeypatch)
     v2 = run_module(engine_budget.main, args(tiers, gpus=gpus, engine_version="0.25.0", max_model_len=4096)).result
     assert v2["budget_bytes"]["encoder_profile"] == 0
     assert any("does not profile the vision tower" in w for w in said)
+
+
+def test_a_tower_the_engine_does_not_build_leaves_the_measured_weights(tmp_path):
+    """A multimodal checkpoint (the tiny model with a Qwen2.5-VL tower in its config and visual.* tensors in its
+    shards) served with language-model-only: the tower's bytes, read from the headers, are not budgeted."""
+    gen = sample_checkpoints.generator
+    config = dict(sample_checkpoints.TINY_HY3, vision_config={
+        "depth": 2, "hidden_act": "silu", "hidden_size": 64, "intermediate_size": 128, "num_heads": 2,
+        "out_hidden_size": 128, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2})
+    tower = [("visual.blocks.%d.mlp.up_proj.weight" % i, "BF16", [128, 64]) for i in range(2)]
+    gen.write_checkpoint(str(tmp_path / "vl"), gen.hy3_tensors("bf16", config) + tower, config, 200_000)
+    tiers = [{"name": "bf16", "weights_dir": str(tmp_path / "vl")}]
+    built = run_module(engine_budget.main, args(tiers, engine_version="0.30.0")).result
+    skipped = run_module(engine_budget.main, args(tiers, engine_version="0.30.0",
+                                                  engine_config={"language-model-only": True})).result
+    found = built["weight_dirs"][0]
+    assert found["tower_bytes_per_rank"] == 2 * 128 * 64 * 2 // 2          # split over the two ranks
+    assert built["vision_tower_skipped"] is None and skipped["vision_tower_skipped"] == "--language-model-only"
+    assert built["budget_bytes"]["weights"] - skipped["budget_bytes"]["weights"] == found["tower_bytes_per_rank"]
+
+
+def test_a_bf16_checkpoint_served_in_float32_is_not_called_a_32_bit_checkpoint(tmp_path):
+    bf16 = sample_checkpoints.write(tmp_path / "bf16")
+    r = run_module(engine_budget.main, args([{"name": "bf16", "weights_dir": bf16, "dtype": "float32"}])).result
+    found = r["weight_dirs"][0]
+    assert found["bits"] == 32 and not any("32-bit checkpoint" in w for w in found["warnings"])
+    plain = run_module(engine_budget.main, args([{"name": "bf16", "weights_dir": bf16}])).result["weight_dirs"][0]
+    assert found["weight_bytes_per_rank"] > 1.9 * plain["weight_bytes_per_rank"]

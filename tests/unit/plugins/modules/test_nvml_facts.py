@@ -44,6 +44,40 @@ def test_reads_every_field_through_real_pynvml():
     assert gpu1["mig_mode"] == {"current": True, "pending": True} and facts["mig_enabled"]
 
 
+def test_a_unified_memory_gpu_reports_the_host_s_memory(tmp_path, monkeypatch):
+    """GB10 (DGX Spark): NVML answers "not supported" for memory; the host's memory is the GPU's (what CUDA, and
+    so vLLM, reports there), not a failed host."""
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       127536556 kB\nMemFree:         2000000 kB\nMemAvailable:   120000000 kB\n")
+    monkeypatch.setattr(nvml, "MEMINFO_PATH", str(meminfo))
+    fake_nvml.install({"driver_version": "580.95.05", "cuda_driver_version": 13000, "gpus": [
+        {"name": "NVIDIA GB10", "compute_capability": [12, 1], "unified_memory": True}]})
+    out = run_module(nvml_facts.main, {})
+    assert not out.failed and out.result["nvml_state"] == "ok"
+    gpu = out.result["ansible_facts"]["hy3_gpus"]["devices"][0]
+    assert gpu["memory_api"] == "host_meminfo" and gpu["memory_total"] == 127536556 * 1024
+    assert gpu["memory_free"] == 120000000 * 1024 and gpu["memory_used"] == (127536556 - 120000000) * 1024
+    meminfo.write_text("MemTotal:       127536556 kB\n")
+    out = run_module(nvml_facts.main, {})
+    assert out.failed and "MemAvailable" in out.result["msg"] and "unified memory" in out.result["msg"]
+    # a discrete GPU without memory figures is a fault, not the host's memory
+    fake_nvml.uninstall()
+    fake_nvml.install({"driver_version": "580.95.05", "cuda_driver_version": 13000, "gpus": [
+        {"name": "NVIDIA H100 80GB HBM3", "compute_capability": [9, 0], "unified_memory": True}]})
+    out = run_module(nvml_facts.main, {})
+    assert out.failed and "host_meminfo" not in str(out.result)
+
+
+def test_nvidia_smi_reports_a_unified_memory_gpu_s_host_memory(tmp_path, monkeypatch):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       127536556 kB\nMemAvailable:   120000000 kB\n")
+    monkeypatch.setattr(nvml, "MEMINFO_PATH", str(meminfo))
+    line = "0, GPU-spark, NVIDIA GB10, 580.95.05, [N/A], [N/A], [N/A], [N/A], 12.1, [N/A], [N/A]"
+    devices, drivers = nvml.parse_smi_gpus(line, nvml.SMI_GPU_FIELDS)
+    assert drivers == ["580.95.05"] and devices[0]["memory_api"] == "host_meminfo"
+    assert devices[0]["memory_free"] == 120000000 * 1024
+
+
 def test_check_mode_reads_the_same():
     fake_nvml.install(H200)
     out = run_module(nvml_facts.main, {}, check_mode=True)
