@@ -101,11 +101,18 @@ LEAN_SAMPLER_SINCE = (0, 17, 0)
 FLASHINFER_SAMPLER_OPT_IN_SINCE = (0, 11, 0)
 FLASHINFER_SAMPLER_DEFAULT_SINCE = (0, 21, 0)
 # Engines from about v0.11 count NCCL's lazily allocated buffers against the KV cache: a few tenths of a GiB
-# a rank on v0.11 - v0.17 (public v0.10.1 logs show none at tp 2; the v0.15.1 TP 4 / TP 8 runs fit the small
-# amount), about 1.9 GiB from v0.18 (v0.19 - v0.25 logs). The single-GPU non-torch growth rose at the same
-# version (0.13 -> 0.25 GiB, one sweep of one model on v0.17 and v0.18): the engine's baseline moved to
-# before the communicators' and the runtime's first use.
+# a rank on v0.11 - v0.17 (the v0.15.1 TP 4 / TP 8 runs fit the small amount), about 1.9 GiB from v0.18
+# (v0.19 - v0.25 logs). The single-GPU non-torch growth rose at the same version (0.13 -> 0.25 GiB, one sweep of
+# one model on v0.17 and v0.18): the engine's baseline moved to before the communicators' and the runtime's
+# first use. Before v0.11 the baseline was taken before the communicators were even created (gpu_worker.py
+# init_device: MemorySnapshot / mem_get_info ahead of init_worker_distributed_environment in 0.8.5 - 0.10.1,
+# after it from 0.11.0; V0's worker.py the same), so what NCCL allocates at its init counts as well: NVLink
+# SHARP (NVLS) buffers where an NVSwitch joins Hopper or later GPUs (NVLS_SINCE_CAPABILITY), which come to about
+# what v0.18+ counts (three v0.10.0 8 x H100 HGX logs, TP 4 and TP 8: 1.9 - 2.2 GiB beyond the other terms),
+# and next to nothing between Ampere or PCIe boards (v0.10.1 A100 TP 2 / TP 4 and v0.10.2 L40S logs fit 0).
 LAZY_NCCL_COUNTED_SINCE = (0, 11, 0)
+NVLS_SINCE_CAPABILITY = (9, 0)
+NVL_BRIDGED = re.compile(r"\bnvl\b")
 BASELINE_MOVED_SINCE = (0, 18, 0)
 # Before this version the tensor-parallel fused-MoE path worked in chunks of VLLM_FUSED_MOE_CHUNK_SIZE
 # tokens (default 16K), so its workspace stopped growing there. vLLM PR #34086 ("Remove Chunking From
@@ -1177,14 +1184,26 @@ def nvlink_board(gpu_name):
 
 
 def tensor_parallel_term(tp, version, gpu_name=None, nvlink=None):
-    """Which COPIES amount the communicators' buffers take on one rank (None: none counted, at tp 1 or on
-    engines that took their baseline after them). nvlink: whether the GPUs are NVLink-connected (NVML's link
+    """Which COPIES amount the communicators' buffers take on one rank (None: none counted: at tp 1, and before
+    0.11 where NCCL's init builds no NVLS buffers). nvlink: whether the GPUs are NVLink-connected (NVML's link
     state), else told by the board's name."""
-    if tp <= 1 or engine_version(version) < LAZY_NCCL_COUNTED_SINCE:
+    if tp <= 1:
         return None
-    if not (nvlink if nvlink is not None else nvlink_board(gpu_name)):
+    linked = nvlink if nvlink is not None else nvlink_board(gpu_name)
+    if engine_version(version) < LAZY_NCCL_COUNTED_SINCE:
+        return "tensor_parallel" if linked and nvls_capable(gpu_name) else None
+    if not linked:
         return "tensor_parallel_pcie"
     return "tensor_parallel" if _baseline_moved(version) else "tensor_parallel_early"
+
+
+def nvls_capable(gpu_name):
+    """Whether NCCL can build NVLS buffers between these GPUs over an NVSwitch: Hopper or later, not a unified-
+    memory part, not an NVL card (PCIe boards bridged in pairs or fours, no switch). An unknown name is not taken
+    for one: before 0.11 that is the smaller amount."""
+    capability = gpu_capability(gpu_name)
+    return (bool(capability) and capability >= NVLS_SINCE_CAPABILITY and not unified_memory(gpu_name)
+            and not NVL_BRIDGED.search((gpu_name or "").lower()))
 
 
 def tensor_parallel_bytes(tp, version, gpu_name=None, nvlink=None):

@@ -694,13 +694,29 @@ def test_model_runner_v2_follows_the_version_and_the_architecture(version, archi
 
 
 def test_tensor_parallel_buffers_follow_the_engine_version():
-    # v0.10: none counted; v0.11 - v0.17: a few tenths of a GiB a rank; from v0.18: about 2 GiB (public TP 2 / TP 4
-    # logs print 2.06 - 2.21 GiB of non-torch growth against 0.25 at TP 1).
+    # v0.10: what NCCL builds at its init, NVLS buffers on NVSwitch Hopper boards and none elsewhere; v0.11 - v0.17:
+    # a few tenths of a GiB a rank; from v0.18: about 2 GiB (public TP 2 / TP 4 logs print 2.06 - 2.21 GiB of
+    # non-torch growth against 0.25 at TP 1).
     assert engine_memory.tensor_parallel_bytes(1, "0.19.0") == 0
-    assert engine_memory.tensor_parallel_bytes(2, "0.10.1") == 0
+    assert engine_memory.tensor_parallel_bytes(2, "0.10.1", "NVIDIA A100-SXM4-80GB") == 0
     assert engine_memory.tensor_parallel_bytes(2, "0.11.0") == int(engine_memory.COPIES["tensor_parallel_early"])
     assert engine_memory.tensor_parallel_bytes(4, "0.18.0") == int(engine_memory.COPIES["tensor_parallel"])
     assert 1.5 * GIB < engine_memory.COPIES["tensor_parallel"] < 2.5 * GIB
+
+
+@pytest.mark.parametrize("version", ["0.8.5", "0.9.2", "0.10.0", "0.10.2"])
+@pytest.mark.parametrize("gpu, nvlink, nvls", [
+    ("NVIDIA H100 80GB HBM3", None, True), ("NVIDIA H200", None, True), ("NVIDIA B200", None, True),
+    ("NVIDIA H100 80GB HBM3", False, False), ("NVIDIA H100 NVL", None, False), ("NVIDIA H200 NVL", True, False),
+    ("NVIDIA A100-SXM4-80GB", None, False), ("NVIDIA L40S", None, False), ("NVIDIA GB10", None, False),
+    (None, None, False),
+])
+def test_engines_before_0_11_count_the_nvls_buffers_nccl_builds_at_init(version, gpu, nvlink, nvls):
+    # Their baseline came before the communicators were created: three v0.10.0 8 x H100 HGX logs are 1.9 - 2.2 GiB
+    # short of the other terms, v0.10.1 A100 TP 2 / TP 4 and v0.10.2 L40S logs are not.
+    expected = int(engine_memory.COPIES["tensor_parallel"]) if nvls else 0
+    assert engine_memory.tensor_parallel_bytes(4, version, gpu, nvlink) == expected
+    assert engine_memory.tensor_parallel_bytes(1, version, gpu, nvlink) == 0
 
 
 @pytest.mark.parametrize("gpu, nvlink", [
