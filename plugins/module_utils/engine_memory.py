@@ -368,7 +368,8 @@ def linear_state_policy(profile, settings, model_dtype_bytes=2):
 CONFIG_SETTINGS = {"enable-prefix-caching": "enable_prefix_caching", "mamba-ssm-cache-dtype": "mamba_ssm_cache_dtype",
                    "max-cudagraph-capture-size": "max_cudagraph_capture_size", "async-scheduling": "async_scheduling",
                    "block-size": "block_size", "limit-mm-per-prompt": "mm_limits",
-                   "language-model-only": "language_model_only", "skip-mm-profiling": "skip_mm_profiling"}
+                   "language-model-only": "language_model_only", "skip-mm-profiling": "skip_mm_profiling",
+                   "attention-backend": "attention_backend"}
 BOOLEAN_CONFIG = ("enable-prefix-caching", "async-scheduling", "language-model-only", "skip-mm-profiling")
 MAMBA_SSM_DTYPES = ("auto", "float32", "float16", "bfloat16")
 # Keys the collection sets itself (the budget's options, and the serve role's variables, which write them into
@@ -390,7 +391,7 @@ CONFIG_OWNED = {
 # refused, and named in the calibration key (unmodelled_config) so that only engines run with them calibrate each other.
 CONFIG_NOT_MODELLED = ("kv-transfer-config", "compilation-config", "cpu-offload-gb",
                        "num-gpu-blocks-override", "mm-processor-kwargs", "mm-encoder-tp-mode", "mamba-cache-dtype", "mamba-cache-mode",
-                       "mamba-block-size", "use-replayssm", "disable-hybrid-kv-cache-manager", "attention-backend",
+                       "mamba-block-size", "use-replayssm", "disable-hybrid-kv-cache-manager",
                        "data-parallel-size", "hf-overrides", "enable-lora", "lora-modules", "max-loras", "max-lora-rank")
 SPECULATIVE_CONFIG = "speculative-config"
 # vLLM's config-file reader drops a flag set to false before 0.28 (the engine keeps its default); from 0.28 it passes
@@ -445,7 +446,7 @@ def config_settings(config, version=None):
 # Settings of a further config that move the engine's overhead (not only its KV layout): the calibration key names them.
 OVERHEAD_CONFIG_SETTINGS = ("async_scheduling", "max_cudagraph_capture_size", "num_speculative_tokens",
                             "speculative_method", "mm_limits", "language_model_only", "skip_mm_profiling",
-                            "unmodelled_config")
+                            "attention_backend", "unmodelled_config")
 
 
 def overhead_config_key(settings, profile=None):
@@ -588,6 +589,9 @@ def _config_value(flag, value, negated, false_honoured):
         return value if value in MAMBA_SSM_DTYPES else None
     if flag == "limit-mm-per-prompt":
         return _mm_limits(value)
+    if flag == "attention-backend":
+        # vLLM takes the backend's name (AttentionBackendEnum); None is its own choice
+        return value.strip().upper() if isinstance(value, str) and value.strip() else None
     if isinstance(value, str) and value.isdigit():
         value = int(value)
     return value if _positive_int(value) else None
@@ -1301,14 +1305,73 @@ def drafter_graph_count(settings, profile, target_graphs):
 def cudagraph_bytes(profile, tp, settings, act_bytes=2):
     """vLLM's CUDA-graph estimate (gpu_model_runner.profile_cudagraph_memory): the first capture at
     the largest size costs about one forward's activations at that size; every graph then keeps
-    per-layer pieces, so the total grows with graphs x layers (the drafter's graphs x its layers)."""
+    per-layer pieces, so the total grows with graphs x layers (the drafter's graphs x its layers); FlashInfer's
+    workspaces are allocated by the first full graph's capture (flashinfer_workspace_bytes)."""
     graphs, sizes = cudagraph_count(settings, profile)
     if not graphs:
         return 0
     first = forward_bytes(profile, tp, sizes[-1], act_bytes)
     layer_graphs = graphs * profile["num_hidden_layers"]
     layer_graphs += drafter_graph_count(settings, profile, (graphs, sizes)) * draft_kv_layers(profile, settings)
-    return int(first + COPIES["graph_per_layer"] * layer_graphs)
+    return int(first + COPIES["graph_per_layer"] * layer_graphs + flashinfer_workspace_bytes(profile, tp, settings))
+
+
+# The attention backend vLLM picks when the run names none (platforms/cuda.py _get_backend_priorities, 0.21 - 0.29):
+# FlashInfer first on SM100 for models without MLA, FlashAttention first elsewhere; a model whose layers differ in
+# head size (Gemma 4's 512-wide full layers) is put on Triton's (config.py: "heterogeneous head dimensions ...
+# forcing TRITON_ATTN", 0.29).
+FLASHINFER, FLASH_ATTN, TRITON_ATTN, MLA_BACKEND = "FLASHINFER", "FLASH_ATTN", "TRITON_ATTN", "MLA"
+
+
+def attention_backend(profile, settings):
+    """The engine's attention backend for the model's layers: the run's attention-backend, else vLLM's choice."""
+    if settings.get("attention_backend"):
+        return settings["attention_backend"]
+    if profile.get("mla"):
+        return MLA_BACKEND
+    if any(shape.get("head_dim", profile["head_dim"]) != profile["head_dim"]
+           for shape in (profile.get("kv_shapes") or {}).values()):
+        return TRITON_ATTN
+    return FLASHINFER if (gpu_capability(settings.get("gpu_name")) or (0, 0))[0] == 10 else FLASH_ATTN
+
+
+# FlashInfer's attention metadata builder keeps a workspace buffer (VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE, 394 MiB;
+# from 0.29 at least max_num_batched_tokens x query heads x head size x 16 bytes, the prefill's temporaries:
+# v1/attention/backends/flashinfer.py _get_workspace_buffer), allocated when the builder first plans a batch. Since
+# the graph estimate is counted (CUDAGRAPH_COUNTED_SINCE) the engine builds a minimal KV cache and captures full
+# decode graphs before sizing the real one (gpu_model_runner.profile_cudagraph_memory and
+# _init_minimal_kv_cache_for_profiling, read in 0.21, 0.25 and 0.29), so the workspaces land in the estimate: one per
+# KV-cache group (a builder each), or one for all where the decode runs TRT-LLM's kernels, which share the module's
+# buffer (_get_trtllm_workspace_buffer; utils/flashinfer.py supports_trtllm_attention: SM100 throughout, SM90's XQA
+# decode in 0.25.1 and not 0.21.0, SM12x in 0.29.0 and not 0.25.1). Public v0.29 logs: Gemma-4-26B-A4B on an L40S
+# (six groups) estimates 2.82 GiB with FlashInfer against 0.50 with Triton; Qwen3-8B-FP8 on an SM120 MIG slice 0.81
+# against 0.55 with FlashAttention (the workspace partly overlaps the piecewise graphs' first capture there).
+FLASHINFER_WORKSPACE = 394 * MIB
+FLASHINFER_PREFILL_BYTES_PER_ELEMENT = 16
+FLASHINFER_WORKSPACE_SCALED_SINCE = (0, 29, 0)
+TRTLLM_DECODE_SINCE = {10: (0, 0, 0), 9: (0, 25, 0), 12: (0, 29, 0)}
+NEVER = (999, 0, 0)
+
+
+def flashinfer_workspace_bytes(profile, tp, settings):
+    """FlashInfer's workspaces that the graph estimate takes in, one rank: 0 unless FlashInfer runs the attention."""
+    if attention_backend(profile, settings) != FLASHINFER:
+        return 0
+    version = engine_version(settings.get("version"))
+    capability = gpu_capability(settings.get("gpu_name")) or (0, 0)
+    if version >= TRTLLM_DECODE_SINCE.get(capability[0], NEVER):
+        return FLASHINFER_WORKSPACE
+    groups = kv_layout.group_layout(kv_layout.layer_kinds(profile))[1]
+    heads = kv_layout.cdiv(profile["num_attention_heads"], tp)
+    scaled = version >= FLASHINFER_WORKSPACE_SCALED_SINCE
+    total = 0
+    for kind, count in groups.items():
+        if kind == kv_layout.LINEAR:
+            continue
+        head_dim = ((profile.get("kv_shapes") or {}).get(kind) or {}).get("head_dim", profile["head_dim"])
+        prefill = settings["max_num_batched_tokens"] * heads * head_dim * FLASHINFER_PREFILL_BYTES_PER_ELEMENT
+        total += count * max(FLASHINFER_WORKSPACE, prefill if scaled else 0)
+    return total
 
 
 # The multimodal encoder's profile run (vLLM's GPU model runner profile_run, the same in 0.19 - 0.29): one dummy batch

@@ -172,7 +172,10 @@ options:
         C(tensor-parallel-size) and the like) and the serve role's (C(served-model-name), C(host), C(port), the node
         group's), in either form of a flag - fail with V(bad_input) naming the option or variable to set, so the
         engine and its budget cannot disagree; keys that change memory in ways the budget does not model (such as
-        C(kv-transfer-config), C(compilation-config), C(cpu-offload-gb), C(attention-backend)) are warnings.
+        C(kv-transfer-config), C(compilation-config), C(cpu-offload-gb)) are warnings. C(attention-backend) is
+        modelled - FlashInfer's attention workspaces (394 MiB each, one per KV-cache group, or one shared where the
+        decode runs TRT-LLM's kernels) join the CUDA-graph estimate that the engine counts from v0.20; left unset,
+        the backend is vLLM's own choice (FlashInfer on SM100 GPUs for models without MLA).
       - C(speculative-config) (a mapping, its JSON text, or dotted keys such as C(speculative-config.method)) is
         modelled - its method as vLLM resolves it (every MTP alias is V(mtp); a draft model's name can say eagle,
         eagle3, dflash or dspark) and C(num_speculative_tokens), which vLLM requires except for suffix decoding (24)

@@ -704,6 +704,51 @@ def test_tensor_parallel_buffers_follow_the_engine_version():
     assert 1.5 * GIB < engine_memory.COPIES["tensor_parallel"] < 2.5 * GIB
 
 
+# Gemma 4's layout in small: five sliding layers to one full one, its full layers 512 wide (six KV-cache groups).
+HETEROGENEOUS = dict(TINY, num_hidden_layers=30, head_dim=256, sliding_window=1024, kv_shapes={"full_attention": {
+    "head_dim": 512}}, layer_types=["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(30)])
+
+
+@pytest.mark.parametrize("profile, gpu, backend", [
+    (TINY, "NVIDIA H100 80GB HBM3", "FLASH_ATTN"), (TINY, "NVIDIA L40S", "FLASH_ATTN"), (TINY, "NVIDIA B200", "FLASHINFER"),
+    (TINY, "NVIDIA B300", "FLASHINFER"), (dict(TINY, mla={"kv_lora_rank": 512}), "NVIDIA B200", "MLA"),
+    (HETEROGENEOUS, "NVIDIA B200", "TRITON_ATTN"), (HETEROGENEOUS, "NVIDIA L40S", "TRITON_ATTN"),
+])
+def test_the_attention_backend_is_vllm_s_choice_unless_the_run_names_one(profile, gpu, backend):
+    assert engine_memory.attention_backend(profile, {"gpu_name": gpu}) == backend
+    assert engine_memory.attention_backend(profile, {"gpu_name": gpu, "attention_backend": "FLEX_ATTENTION"}) == \
+        "FLEX_ATTENTION"
+
+
+def test_flashinfer_workspaces_join_the_graph_estimate_one_a_kv_cache_group():
+    # 394 MiB a builder, a builder a KV-cache group: Gemma-4-26B-A4B on an L40S (v0.29, six groups) estimated 2.82 GiB
+    # of graphs with FlashInfer against 0.50 with Triton attention
+    settings = {"version": "0.29.0", "gpu_name": "NVIDIA L40S", "max_num_batched_tokens": 2048, "max_num_seqs": 256,
+                "cudagraph_counted": True}
+    with_flashinfer = dict(settings, attention_backend="FLASHINFER")
+    workspace = engine_memory.flashinfer_workspace_bytes(HETEROGENEOUS, 1, with_flashinfer)
+    assert workspace == 6 * 394 * 2 ** 20
+    assert engine_memory.flashinfer_workspace_bytes(HETEROGENEOUS, 1, settings) == 0         # Triton's by default
+    assert engine_memory.cudagraph_bytes(HETEROGENEOUS, 1, with_flashinfer) == \
+        engine_memory.cudagraph_bytes(HETEROGENEOUS, 1, settings) + workspace
+    # from 0.29 a builder's workspace grows with the prefill chunk: tokens x query heads x head size x 16 bytes
+    wide = dict(with_flashinfer, max_num_batched_tokens=65536)
+    assert engine_memory.flashinfer_workspace_bytes(HETEROGENEOUS, 1, wide) == \
+        5 * 65536 * 4 * 256 * 16 + 65536 * 4 * 512 * 16
+    assert engine_memory.flashinfer_workspace_bytes(HETEROGENEOUS, 1, dict(wide, version="0.25.1")) == 6 * 394 * 2 ** 20
+
+
+@pytest.mark.parametrize("gpu, version, shared", [
+    ("NVIDIA B200", "0.21.0", True), ("NVIDIA H100 80GB HBM3", "0.21.0", False), ("NVIDIA H100 80GB HBM3", "0.25.1", True),
+    ("NVIDIA RTX PRO 6000 Blackwell", "0.25.1", False), ("NVIDIA RTX PRO 6000 Blackwell", "0.29.0", True),
+    ("NVIDIA L40S", "0.34.0", False),
+])
+def test_trtllm_decode_shares_one_workspace(gpu, version, shared):
+    settings = {"version": version, "gpu_name": gpu, "max_num_batched_tokens": 2048, "attention_backend": "FLASHINFER"}
+    groups = 1 if shared else 6
+    assert engine_memory.flashinfer_workspace_bytes(HETEROGENEOUS, 1, settings) == groups * 394 * 2 ** 20
+
+
 @pytest.mark.parametrize("version", ["0.8.5", "0.9.2", "0.10.0", "0.10.2"])
 @pytest.mark.parametrize("gpu, nvlink, nvls", [
     ("NVIDIA H100 80GB HBM3", None, True), ("NVIDIA H200", None, True), ("NVIDIA B200", None, True),
@@ -830,10 +875,16 @@ def test_calibration_key_names_the_further_config_that_moves_the_overhead_only_w
     capped = engine_memory.overhead_config_key({"max_cudagraph_capture_size": 8, "enable_prefix_caching": True})
     assert capped == "max_cudagraph_capture_size=8"
     # a key the budget does not model is in the key: "calibration will tell" only among engines run with it
-    unmodelled = engine_memory.config_settings({"attention-backend": "FLASHINFER",
+    unmodelled = engine_memory.config_settings({"cpu-offload-gb": 4,
                                                 "compilation_config": {"mode": 0, "cudagraph_mode": "NONE"}})[0]
     assert engine_memory.overhead_config_key(unmodelled) == (
-        'unmodelled_config=attention-backend:FLASHINFER/compilation-config:{"cudagraph_mode": "NONE", "mode": 0}')
+        'unmodelled_config=compilation-config:{"cudagraph_mode": "NONE", "mode": 0}/cpu-offload-gb:4')
+    # the attention backend is modelled (FlashInfer's workspaces) and named in the key as the engine spells it
+    backend = engine_memory.config_settings({"attention_backend": "flashinfer"})
+    assert backend == ({"attention_backend": "FLASHINFER"}, [], [])
+    assert engine_memory.overhead_config_key(backend[0]) == "attention_backend=FLASHINFER"
+    assert engine_memory.config_settings({"attention-backend": 3})[1] == [
+        "attention-backend: 3 is not a value vLLM takes there"]
     assert calibration.calibration_key(dict(base, engine_config=capped)) == plain + "|engine_config=" + capped
 
 
