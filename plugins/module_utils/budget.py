@@ -590,6 +590,10 @@ def plan(profile, tiers, gpus, gpu_memory_utilization=None, kv_cache_dtype="auto
     _require(1 <= min_max_num_seqs <= max_num_seqs,
              "need 1 <= min_max_num_seqs (%s) <= max_num_seqs (%s)" % (min_max_num_seqs, max_num_seqs))
 
+    if engine.get("v0_engine") and engine["max_num_batched_tokens_source"] == "engine default":
+        # the V0 engine's batch follows max_model_len: the requested one (a retreat keeps it, the larger overhead)
+        engine["max_num_batched_tokens"] = engine_memory.v0_batched_tokens(engine.get("version"), max_model_len,
+                                                                           profile, engine)
     requested_kv_dtype = kv_cache_dtype
     kv_cache_dtype = engine_memory.checkpoint_kv_cache_dtype(profile, kv_cache_dtype, (engine or {}).get("version"))
     pp = pipeline_parallel_size or 1

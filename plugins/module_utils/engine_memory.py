@@ -184,6 +184,15 @@ V2_CUDAGRAPH_ESTIMATED_SINCE = (0, 29, 0)
 DECODE_SIZES_APPENDED_SINCE = (0, 29, 0)
 # vLLM gives >= 160 GiB cards (B200, B300) the largest batch defaults from this version on.
 LARGEST_BATCH_TIER_SINCE = (0, 28, 0)
+# The V1 engine, the default from 0.8.0, took its batch defaults by the device (arg_utils.py _set_default_args_v1,
+# 0.8.5: >= 70 GiB 8192 tokens / 1024 seqs for the API server, A100s among them; from 0.9.0 A100s take the small
+# tier). The V0 engine before it sized its batch by max_model_len: max(max_model_len, 2048) tokens without chunked
+# prefill, which it turned on by itself for a context above 32K on a GPU (no sliding window, speculation or vision),
+# and then 512 tokens (config.py SchedulerConfig, 0.5.3 and 0.6.3) or 2048 (0.7.3); 256 seqs.
+V1_DEFAULT_SINCE = (0, 8, 0)
+A100_SMALL_TIER_SINCE = (0, 9, 0)
+V0_LONG_CONTEXT = 32768
+V0_CHUNKED_TOKENS_2048_SINCE = (0, 7, 0)
 # The largest batch captured in a CUDA graph by default: min(2 x max_num_seqs, this), 1024 on SM100 (B200 / B300)
 # from SM100_CAPTURE_SIZE_SINCE (vllm/config/vllm.py _set_cudagraph_sizes, 0.28.0; 512 everywhere in 0.27.0).
 MAX_CUDAGRAPH_CAPTURE_SIZE = 512
@@ -301,15 +310,13 @@ def engine_defaults(version, gpu_name, gpu_total_bytes):
     ver = engine_version(version)
     name = (gpu_name or "").lower()
     big = gpu_total_bytes >= 160 * GIB and ver >= LARGEST_BATCH_TIER_SINCE
-    datacenter = gpu_total_bytes >= 70 * GIB and "a100" not in name
+    datacenter = gpu_total_bytes >= 70 * GIB and ("a100" not in name or ver < A100_SMALL_TIER_SINCE)
     if big:
         batched, seqs = 16384, 1024
-    elif datacenter and ver >= (0, 10, 0):
+    elif datacenter and ver >= V1_DEFAULT_SINCE:
         batched, seqs = 8192, 1024
     else:
-        batched, seqs = 2048, 256
-    if ver < (0, 10, 0):
-        batched, seqs = max(batched, 2048), 256
+        batched, seqs = 2048, 256      # V0: v0_batched_tokens replaces the tokens once max_model_len is known
     if gpu_capability(gpu_name) in SMALL_TIER_CAPABILITIES:
         batched, seqs = 2048, 256           # GB10 (DGX Spark): unified memory, the small tier whatever its size
     extensible = ver >= EXTENSIBLE_KV_CACHE_SINCE
@@ -320,7 +327,18 @@ def engine_defaults(version, gpu_name, gpu_total_bytes):
         "cudagraph_counted": ver >= CUDAGRAPH_COUNTED_SINCE,
         "tokens_from_concurrency": ver >= TOKENS_FROM_CONCURRENCY_SINCE,
         "extensible_kv_cache": extensible,
+        "v0_engine": ver < V1_DEFAULT_SINCE,
     }
+
+
+def v0_batched_tokens(version, max_model_len, profile, settings):
+    """The V0 engine's default max_num_batched_tokens (V1_DEFAULT_SINCE): max(max_model_len, 2048), or with the
+    chunked prefill it turns on by itself for a long context 512 tokens (2048 from 0.7)."""
+    chunked = (max_model_len > V0_LONG_CONTEXT and not profile.get("sliding_window") and not profile.get("vision")
+               and not speculative_method(settings) and settings.get("platform", "cuda") != "cpu")
+    if not chunked:
+        return max(max_model_len, 2048)
+    return 2048 if engine_version(version) >= V0_CHUNKED_TOKENS_2048_SINCE else 512
 
 
 # Hybrid (mamba / linear-attention) models. Prefix caching is on by default from 0.28 (EngineArgs

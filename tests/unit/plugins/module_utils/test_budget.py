@@ -315,10 +315,34 @@ def test_bad_input_is_a_clear_error(kwargs, message):
     ("0.32.0", "NVIDIA H100 80GB HBM3", 79.2, 8192, 1024),
     ("0.32.0", "NVIDIA A100-SXM4-80GB", 79.2, 2048, 256),
     ("0.32.0", "NVIDIA L4", 22.0, 2048, 256),
+    ("0.8.5", "NVIDIA H100 80GB HBM3", 79.2, 8192, 1024),    # V1's device tiers from 0.8.0 (the default engine)
+    ("0.8.5", "NVIDIA A100-SXM4-80GB", 79.2, 8192, 1024),    # A100s join the small tier in 0.9.0
+    ("0.9.2", "NVIDIA A100-SXM4-80GB", 79.2, 2048, 256),
+    ("0.9.2", "NVIDIA H100 80GB HBM3", 79.2, 8192, 1024),
+    ("0.9.2", "NVIDIA L40S", 44.4, 2048, 256),
 ])
 def test_engine_defaults_follow_the_gpu(version, gpu, total_gib, batched, seqs):
     defaults = engine_memory.engine_defaults(version, gpu, int(total_gib * GIB))
     assert (defaults["max_num_batched_tokens"], defaults["max_num_seqs"]) == (batched, seqs)
+    assert defaults["v0_engine"] is False
+
+
+@pytest.mark.parametrize("version, max_model_len, profile, batched", [
+    ("0.6.3", 8192, TINY, 8192), ("0.6.3", 1024, TINY, 2048),            # max(max_model_len, 2048)
+    ("0.6.3", 65536, TINY, 512), ("0.7.3", 65536, TINY, 2048),           # chunked prefill past 32K
+    ("0.5.3", 32768, TINY, 32768),
+    ("0.6.3", 65536, dict(TINY, sliding_window=4096), 65536),            # no chunking with a sliding window
+])
+def test_the_v0_engine_sizes_its_batch_by_max_model_len(version, max_model_len, profile, batched):
+    assert engine_memory.engine_defaults(version, "NVIDIA H100 80GB HBM3", 80 * GIB)["v0_engine"]
+    assert engine_memory.v0_batched_tokens(version, max_model_len, profile, {}) == batched
+    profile = dict(profile, max_position_embeddings=max(max_model_len, profile["max_position_embeddings"]))
+    result = plan(profile, [tier("bf16")], gpus(1, 80), max_model_len=max_model_len, max_num_seqs=8,
+                  engine={"version": version})
+    assert result["engine"]["max_num_batched_tokens"] == batched
+    set_by_user = plan(profile, [tier("bf16")], gpus(1, 80), max_model_len=max_model_len, max_num_seqs=8,
+                       engine={"version": version, "max_num_batched_tokens": 4096})
+    assert set_by_user["engine"]["max_num_batched_tokens"] == 4096
 
 
 def test_after_calibration_a_like_host_is_predicted_within_one_percent():
