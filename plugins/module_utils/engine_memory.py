@@ -1157,11 +1157,25 @@ def extensible_margin_bytes(settings, tp, spare, transient_peak):
 def non_torch_bytes(profile, tp, settings):
     """Buffers outside the forward that the profile run leaves behind: runtime workspaces, the
     NCCL / all-reduce buffers first touched there when tp > 1 (engines since about 0.11 take the
-    baseline after NCCL's init, so its lazy buffers land here), and on a unified-memory GPU the process's
-    host growth."""
+    baseline after NCCL's init, so its lazy buffers land here), on a unified-memory GPU the process's
+    host growth, and on the first V1 engines the process's CUDA context (device_wide_bytes)."""
     return int(runtime_bytes(settings.get("version")) + tensor_parallel_bytes(
         tp, settings.get("version"), settings.get("gpu_name"), settings.get("nvlink"))
-        + unified_memory_bytes(settings.get("gpu_name")))
+        + unified_memory_bytes(settings.get("gpu_name")) + device_wide_bytes(settings.get("version")))
+
+
+# The V1 engine of 0.8.0 - 0.9.0 took its non-torch memory device-wide after the profile run (gpu_worker.py
+# determine_available_memory: total - free - torch's allocated bytes), so the process's CUDA context and
+# runtime, held before any snapshot, counted against the KV cache too; 0.9.1 moved to the memory snapshots (taken
+# after the context) that later engines keep. The amount is the startup holding the corpus's single-GPU H100 logs
+# print (ENGINE_STARTUP_BYTES; what NCCL adds under tensor parallelism is the tensor-parallel term's).
+DEVICE_WIDE_NON_TORCH = ((0, 8, 0), (0, 9, 1))
+
+
+def device_wide_bytes(version):
+    """The CUDA context's share that engines measuring non-torch memory device-wide count (DEVICE_WIDE_NON_TORCH)."""
+    first, last = DEVICE_WIDE_NON_TORCH
+    return ENGINE_STARTUP_BYTES if first <= engine_version(version) < last else 0
 
 
 # GPUs whose memory is the host's (GB10 / DGX Spark 12.1, Jetson Thor 11.0, Jetson Orin 8.7; vLLM's mem_utils

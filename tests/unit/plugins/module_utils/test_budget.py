@@ -912,6 +912,15 @@ def test_calibration_key_names_the_further_config_that_moves_the_overhead_only_w
     assert calibration.calibration_key(dict(base, engine_config=capped)) == plain + "|engine_config=" + capped
 
 
+@pytest.mark.parametrize("version, context", [("0.7.3", False), ("0.8.0", True), ("0.8.5", True), ("0.9.0", True),
+                                              ("0.9.1", False), ("0.10.0", False)])
+def test_the_first_v1_engines_count_the_cuda_context(version, context):
+    """0.8.0 - 0.9.0 measured non-torch memory device-wide (total - free - torch's allocated bytes)."""
+    base = engine_memory.non_torch_bytes(TINY, 1, {"version": "0.10.0"})
+    expected = base + (engine_memory.ENGINE_STARTUP_BYTES if context else 0)
+    assert engine_memory.non_torch_bytes(TINY, 1, {"version": version}) == expected
+
+
 @pytest.mark.parametrize("version, runtime_gib", [("0.11.0", 0.135), ("0.17.1", 0.135), ("0.18.0", 0.27),
                                                   ("0.29.0", 0.27)])
 def test_runtime_growth_follows_the_engine_s_baseline(version, runtime_gib):
