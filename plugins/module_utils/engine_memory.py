@@ -765,8 +765,9 @@ def flashinfer_sampler(version, environment=None, flashinfer_installed=None):
     """Whether the engine samples with FlashInfer, from what the host tells: False without flashinfer-python;
     VLLM_USE_FLASHINFER_SAMPLER where the engine's environment sets it (vLLM reads it as an integer); else the
     version's default (opt-in from FLASHINFER_SAMPLER_OPT_IN_SINCE, default from FLASHINFER_SAMPLER_DEFAULT_SINCE);
-    before the opt-in an installed package is used (it imports wherever the host installed it for this engine),
-    and None where the host does not say whether it is installed."""
+    before the opt-in an installed package is used by the V1 engine (it imports wherever the host installed it for
+    this engine), and None where the host does not say whether it is installed; the V0 engine's sampler is opt-in
+    (model_executor/layers/sampler.py, 0.6.3 and 0.7.3)."""
     if flashinfer_installed is False:
         return False
     setting = _integer((environment or {}).get("VLLM_USE_FLASHINFER_SAMPLER"))
@@ -775,7 +776,7 @@ def flashinfer_sampler(version, environment=None, flashinfer_installed=None):
     ver = engine_version(version)
     if ver >= FLASHINFER_SAMPLER_DEFAULT_SINCE:
         return True
-    if ver >= FLASHINFER_SAMPLER_OPT_IN_SINCE:
+    if ver >= FLASHINFER_SAMPLER_OPT_IN_SINCE or ver < V1_DEFAULT_SINCE:
         return False
     return True if flashinfer_installed else None
 

@@ -644,6 +644,8 @@ def test_the_sampler_follows_the_engine_version_and_the_model_dtype():
     ("0.10.1", None, None, None, True),           # unknown host: the sort, the larger amount (a pip install's)
     ("0.10.1", False, None, False, True),         # a plain pip install: flashinfer-python is an optional extra
     ("0.10.1", True, None, True, False),          # installed (the docker image): used
+    ("0.7.3", True, None, False, True),           # the V0 engine's sampler: opt-in
+    ("0.6.3", None, {"VLLM_USE_FLASHINFER_SAMPLER": "1"}, True, False),
     ("0.11.0", None, None, False, True),          # opt-in: the v0.11.0 image logs show the sort
     ("0.11.0", True, None, False, True),
     ("0.11.0", True, {"VLLM_USE_FLASHINFER_SAMPLER": "1"}, True, False),
