@@ -231,6 +231,13 @@ def test_further_engine_config_reaches_the_budget(tmp_path, monkeypatch):
     assert capped.result["budget_bytes"]["cudagraph"] < plain["budget_bytes"]["cudagraph"]    # 4 sizes, not 11
     assert capped.result["budget_bytes"]["kv_block_size"] == 32
     assert capped.result["engine"]["speculative_method"] == "mtp" and not any("speculative" in w for w in said)
+    # the attention backend is modelled: FlashInfer's workspace joins the graph estimate, nothing is said
+    flashinfer = run_module(engine_budget.main, args(tiers, gpus=gpus, engine_version="0.30.0", max_num_seqs=64,
+                                                     engine_config={"attention-backend": "flashinfer"})).result
+    assert flashinfer["engine"]["attention_backend"] == "FLASHINFER"
+    assert flashinfer["budget_bytes"]["cudagraph"] - plain["budget_bytes"]["cudagraph"] == 394 * 2 ** 20
+    assert flashinfer["calibration_fields"]["engine_config"] == "attention_backend=FLASHINFER"
+    assert not any("attention" in w for w in said)
 
 
 def test_mtp_speculation_loads_the_mtp_layers_and_skips_a_checkpoint_without_them(tmp_path):
