@@ -69,7 +69,7 @@ PER_LAYER_FIELDS = ("num_experts", "num_experts_per_tok", "num_shared_experts", 
 # Architectures whose reading is known (anything else: generic dense reading + warning).
 KNOWN_MODEL_TYPES = (
     "hy_v3", "hunyuan_v1_moe", "hunyuan_v1_dense", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe",
-    "qwen3", "qwen3_moe", "qwen3_next", "deepseek_v2", "deepseek_v3", "kimi_k2", "gemma2", "gemma3",
+    "qwen3", "qwen3_moe", "qwen3_next", "deepseek_v2", "deepseek_v3", "kimi_k2", "gemma2", "gemma3", "dbrx",
     "gemma3_text", "gpt_oss", "glm4_moe", "phi3", "llava", "mistral3", "qwen2_5_vl", "llama4", "llama4_text",
     # hybrid mamba / linear-attention families whose state fields _linear_state reads
     "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "nemotron_h", "granitemoehybrid", "jamba",
@@ -273,7 +273,18 @@ def _text_config(config):
         text = config.get(field)
         if isinstance(text, dict) and text.get("num_hidden_layers"):
             return text
+    if config.get("model_type") == "dbrx":
+        return _dbrx(config)
     return config
+
+
+def _dbrx(config):
+    """DBRX nests its KV heads in attn_config and its experts in ffn_config (vLLM dbrx.py reads
+    attn_config.kv_n_heads, ffn_config.moe_num_experts / moe_top_k / ffn_hidden_size): lifted to the top level."""
+    attention, ffn = config.get("attn_config") or {}, config.get("ffn_config") or {}
+    lifted = {"num_key_value_heads": attention.get("kv_n_heads"), "num_local_experts": ffn.get("moe_num_experts"),
+              "num_experts_per_tok": ffn.get("moe_top_k"), "intermediate_size": ffn.get("ffn_hidden_size")}
+    return dict(config, **{key: value for key, value in lifted.items() if value is not None})
 
 
 class _Reader:

@@ -151,6 +151,14 @@ def test_hy3_reads_every_field_and_counts_295_21_3_8():
     assert within(params["mtp"], 3.8 * B, 0.015)           # 3.75B; the card rounds to 3.8B
 
 
+# https://huggingface.co/databricks/dbrx-instruct/blob/main/config.json: KV heads in attn_config, experts in ffn_config
+DBRX = {"architectures": ["DbrxForCausalLM"], "model_type": "dbrx", "d_model": 6144, "n_heads": 48, "n_layers": 40,
+        "max_seq_len": 32768, "vocab_size": 100352, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+        "attn_config": {"clip_qkv": 8, "kv_n_heads": 8, "rope_theta": 500000},
+        "ffn_config": {"ffn_hidden_size": 10752, "moe_jitter_eps": 0.01, "moe_loss_weight": 0.05,
+                       "moe_num_experts": 16, "moe_top_k": 4}}
+
+
 @pytest.mark.parametrize("config, total, active", [
     (LLAMA_31_8B, 8.03 * B, None),
     (LLAMA_31_70B, 70.6 * B, None),
@@ -159,8 +167,9 @@ def test_hy3_reads_every_field_and_counts_295_21_3_8():
     (QWEN3_30B_A3B, 30.5 * B, 3.3 * B),
     (QWEN2_57B_A14B, 57 * B, 14 * B),
     (GEMMA2_9B, 9.24 * B, None),
+    (DBRX, 132 * B, 36 * B),
 ], ids=["llama-3.1-8b", "llama-3.1-70b", "mixtral-8x7b", "deepseek-v3", "qwen3-30b-a3b", "qwen2-57b-a14b",
-        "gemma-2-9b"])
+        "gemma-2-9b", "dbrx"])
 def test_public_families_match_their_cards(config, total, active):
     p = model_profile(config)
     assert p["status"] == "read" and not p["warnings"]
@@ -169,6 +178,12 @@ def test_public_families_match_their_cards(config, total, active):
         assert p["params"]["active"] == p["params"]["total"] and p["moe"] is None
     else:
         assert within(p["params"]["active"], active, 0.02), p["params"]["active"]
+
+
+def test_dbrx_reads_its_nested_kv_heads_and_experts():
+    p = model_profile(DBRX)
+    assert (p["num_key_value_heads"], p["head_dim"], p["max_position_embeddings"]) == (8, 128, 32768)
+    assert (p["moe"]["num_experts"], p["moe"]["num_experts_per_tok"], p["moe"]["moe_intermediate_size"]) == (16, 4, 10752)
 
 
 # Published config.json fields of families that name the decoder their own way, with their parameter counts.
