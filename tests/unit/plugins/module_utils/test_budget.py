@@ -929,3 +929,15 @@ def test_runtime_growth_follows_the_engine_s_baseline(version, runtime_gib):
     """Single-GPU logs print a non-torch growth of 0.13 - 0.14 GiB on v0.11 - v0.17 and 0.24 - 0.26 from v0.18,
     when the engine's baseline moved before the runtime's first use."""
     assert engine_memory.non_torch_bytes(TINY, 1, {"version": version}) == int(runtime_gib * GIB)
+
+
+@pytest.mark.parametrize("name, capability", [
+    ("NVIDIA H100 80GB HBM3", (9, 0)), ("NVIDIA H20", (9, 0)), ("NVIDIA H200", (9, 0)), ("NVIDIA B200", (10, 0)),
+    ("NVIDIA GB10", (12, 1)), ("NVIDIA RTX PRO 4500 Blackwell Server Edition", (12, 0)),
+    ("NVIDIA GeForce RTX 5080", (12, 0)), ("NVIDIA L20", (8, 9)), ("NVIDIA RTX 6000 Ada Generation", (8, 9)),
+    ("NVIDIA A100-SXM4-80GB", (8, 0)), ("NVIDIA A10G", (8, 6)), ("NVIDIA RTX A4000", (8, 6)), ("Tesla T4", (7, 5)),
+    ("Tesla V100-SXM2-32GB", (7, 0)), ("Some Future GPU", None),
+])
+def test_gpu_capability_by_name(name, capability):
+    """What vLLM's platform reports, told from NVML's name where the budget has no device to ask."""
+    assert engine_memory.gpu_capability(name) == capability
