@@ -38,6 +38,9 @@ GIB = budget.GIB
 CASES = os.path.join(ROOT, "bench", "kv_corpus", "cases")
 WITHIN_FRACTION, WITHIN_GIB = 0.05, 0.5
 STARTED = "started"
+# A start that sized its KV cache and then failed for a reason that is not memory (the budget's verdict is vLLM's KV
+# check, which it passed): scored as a start.
+PASSED_KV_CHECK = "failed_after_kv_check_not_memory"
 
 
 def load_cases(folder):
@@ -120,6 +123,12 @@ def tier_of(profile, settings):
     return {"name": name, "bits": bits, "present": True, "dtype": dtype, "weights_dir": "corpus"}
 
 
+def v0_engine(case):
+    """Whether the start ran vLLM's V0 engine where V1 was the default (0.8 - 0.10, VLLM_USE_V1=0): the case says
+    so, or its log prints the V0 engine's banner."""
+    return bool(case["settings"].get("v0_engine")) or "Initializing a V0 LLM engine" in (case.get("log_excerpt") or "")
+
+
 def engine_of(case, settings, entries=None):
     engine = {
         "version": str(case.get("engine_version") or ""),
@@ -132,6 +141,8 @@ def engine_of(case, settings, entries=None):
     }
     if "cudagraph_counted" in settings:
         engine["cudagraph_counted"] = settings["cudagraph_counted"]
+    if v0_engine(case):
+        engine["v0_engine"] = True
     if settings.get("moe_backend"):     # only where the engine's log (or the write-up quoting it) names it
         engine["moe_backend"] = settings["moe_backend"]
     # where the run set them, or its log or install says
@@ -192,7 +203,7 @@ def predict(case, entries=None, weights_from_log=False):
         tier["weights_as_loaded"] = True
     # The engine's own max_num_seqs when the log does not say; never retreat: this is a prediction.
     seqs = settings.get("max_num_seqs") or engine_memory.engine_defaults(
-        case.get("engine_version"), case["gpu"].get("name"), total)["max_num_seqs"]
+        case.get("engine_version"), case["gpu"].get("name"), total, v0_engine(case) or None)["max_num_seqs"]
     result = budget.plan(
         profile, [tier], [{"index": i, "total": total, "free": total} for i in range(tp * pp)],
         gpu_memory_utilization=settings.get("gpu_memory_utilization"),
@@ -229,7 +240,8 @@ def score(case, result):
     engine_gib = reported.get("available_kv_cache_gib")
     row = {"id": case["id"], "predicted_gib": round(predicted_gib, 2), "engine_gib": engine_gib,
            "predicted_tokens": table.get("kv_cache_tokens"), "engine_tokens": reported.get("gpu_kv_cache_tokens"),
-           "predicted_starts": bool(result.get("starts")), "engine_started": case.get("outcome", STARTED) == STARTED}
+           "predicted_starts": bool(result.get("starts")),
+           "engine_started": case.get("outcome", STARTED) in (STARTED, PASSED_KV_CHECK)}
     if table.get("stages"):
         # Pipeline parallel: each printed stage against that stage's prediction, the worst one scored.
         pairs = [(table["stages"][stage]["kv_available"] / GIB, printed) for stage, printed in stage_prints(case)]

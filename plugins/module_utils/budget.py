@@ -527,7 +527,8 @@ def resolve_engine(engine, gpus, desired_utilization, max_num_seqs):
     engine = dict(engine or {})
     totals = [g.get("total") for g in gpus if isinstance(g.get("total"), (int, float))]
     total = min(totals) if totals else 0
-    defaults = engine_memory.engine_defaults(engine.get("version"), engine.get("gpu_name"), total)
+    defaults = engine_memory.engine_defaults(engine.get("version"), engine.get("gpu_name"), total,
+                                             engine.get("v0_engine"))
     resolved = dict(defaults, **{k: v for k, v in engine.items() if v is not None})
     resolved["platform"] = resolved.get("platform") or "cuda"
     resolved["max_num_batched_tokens_source"] = "set" if engine.get("max_num_batched_tokens") else "engine default"
@@ -754,8 +755,8 @@ ENGINE_CONFIG_SETTINGS = tuple(setting for setting in engine_memory.CONFIG_SETTI
 
 def engine_summary(engine):
     keys = ("version", "platform", "gpu_name", "nvlink", "max_num_batched_tokens", "max_num_batched_tokens_source",
-            "enforce_eager", "expert_parallel", "flashinfer_sampler", "cudagraph_counted", "kv_cache_memory_bytes", "runtime_overhead_gib",
-            "model_id") + ENGINE_CONFIG_SETTINGS
+            "enforce_eager", "expert_parallel", "flashinfer_sampler", "cudagraph_counted", "v0_engine",
+            "kv_cache_memory_bytes", "runtime_overhead_gib", "model_id") + ENGINE_CONFIG_SETTINGS
     return {k: engine.get(k) for k in keys}
 
 

@@ -296,7 +296,7 @@ def checkpoint_kv_cache_dtype(profile, requested, version):
     return own
 
 
-def engine_defaults(version, gpu_name, gpu_total_bytes):
+def engine_defaults(version, gpu_name, gpu_total_bytes, v0_engine=None):
     """The engine's own defaults for the knobs that move the overhead, for this version and GPU.
 
     Sources (vLLM): vllm/engine/arg_utils.py EngineArgs.get_batch_defaults (0.32.0: >= 160 GiB cards
@@ -305,15 +305,17 @@ def engine_defaults(version, gpu_name, gpu_total_bytes):
     B200/B300 with >= 160GB memory, use the largest defaults"; at v0.27.0 the top tier, >= 70 GiB,
     gave the API server 8192); vllm/config/cache.py gpu_memory_utilization 0.92 (0.9 before) and
     vllm/envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default on, both from PR #38284 (v0.20.0; see
-    CUDAGRAPH_COUNTED_SINCE).
+    CUDAGRAPH_COUNTED_SINCE). v0_engine: whether the engine runs V0 (VLLM_USE_V1=0, which 0.8 - 0.10 still
+    honoured; None: V1 from V1_DEFAULT_SINCE).
     """
     ver = engine_version(version)
+    v0 = ver < V1_DEFAULT_SINCE if v0_engine is None else bool(v0_engine)
     name = (gpu_name or "").lower()
     big = gpu_total_bytes >= 160 * GIB and ver >= LARGEST_BATCH_TIER_SINCE
     datacenter = gpu_total_bytes >= 70 * GIB and ("a100" not in name or ver < A100_SMALL_TIER_SINCE)
     if big:
         batched, seqs = 16384, 1024
-    elif datacenter and ver >= V1_DEFAULT_SINCE:
+    elif datacenter and not v0:
         batched, seqs = 8192, 1024
     else:
         batched, seqs = 2048, 256      # V0: v0_batched_tokens replaces the tokens once max_model_len is known
@@ -327,7 +329,7 @@ def engine_defaults(version, gpu_name, gpu_total_bytes):
         "cudagraph_counted": ver >= CUDAGRAPH_COUNTED_SINCE,
         "tokens_from_concurrency": ver >= TOKENS_FROM_CONCURRENCY_SINCE,
         "extensible_kv_cache": extensible,
-        "v0_engine": ver < V1_DEFAULT_SINCE,
+        "v0_engine": v0,
     }
 
 
@@ -1165,7 +1167,7 @@ def non_torch_bytes(profile, tp, settings):
     host growth, and on the first V1 engines the process's CUDA context (device_wide_bytes)."""
     return int(runtime_bytes(settings.get("version")) + tensor_parallel_bytes(
         tp, settings.get("version"), settings.get("gpu_name"), settings.get("nvlink"))
-        + unified_memory_bytes(settings.get("gpu_name")) + device_wide_bytes(settings.get("version")))
+        + unified_memory_bytes(settings.get("gpu_name")) + device_wide_bytes(settings))
 
 
 # The V1 engine of 0.8.0 - 0.9.0 took its non-torch memory device-wide after the profile run (gpu_worker.py
@@ -1176,10 +1178,12 @@ def non_torch_bytes(profile, tp, settings):
 DEVICE_WIDE_NON_TORCH = ((0, 8, 0), (0, 9, 1))
 
 
-def device_wide_bytes(version):
-    """The CUDA context's share that engines measuring non-torch memory device-wide count (DEVICE_WIDE_NON_TORCH)."""
+def device_wide_bytes(settings):
+    """The CUDA context's share that the V1 engines measuring non-torch memory device-wide count
+    (DEVICE_WIDE_NON_TORCH); their V0 engine took its baseline after the context (worker.py, 0.8.5)."""
     first, last = DEVICE_WIDE_NON_TORCH
-    return ENGINE_STARTUP_BYTES if first <= engine_version(version) < last else 0
+    version = engine_version(settings.get("version"))
+    return ENGINE_STARTUP_BYTES if first <= version < last and not settings.get("v0_engine") else 0
 
 
 # GPUs whose memory is the host's (GB10 / DGX Spark 12.1, Jetson Thor 11.0, Jetson Orin 8.7; vLLM's mem_utils

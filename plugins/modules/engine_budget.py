@@ -393,9 +393,10 @@ engine:
     the facts, or null), max_num_batched_tokens (and whether it is the engine's default), enforce_eager,
     flashinfer_sampler (whether the profile run samples with FlashInfer; null for engines before v0.11 whose
     FlashInfer install is not known, budgeted with the sort),
-    cudagraph_counted, kv_cache_memory_bytes, runtime_overhead_gib, model_id, and what O(engine_config) set of
-    enable_prefix_caching, mamba_ssm_cache_dtype, max_cudagraph_capture_size, async_scheduling,
-    num_speculative_tokens and speculative_method (null where unset).
+    cudagraph_counted, v0_engine (whether vLLM's V0 engine runs, as before v0.8), kv_cache_memory_bytes,
+    runtime_overhead_gib, model_id, and what O(engine_config) set of enable_prefix_caching, mamba_ssm_cache_dtype,
+    max_cudagraph_capture_size, async_scheduling, attention_backend, num_speculative_tokens and
+    speculative_method (null where unset).
   returned: always
   type: dict
 calibration_fields:

@@ -83,3 +83,13 @@ def test_a_case_without_its_device_total_takes_the_corpus_total_for_that_gpu():
     unknown = dict(CASES[0], gpu={"name": "NVIDIA X9", "count_used": 1})
     assert kv_accuracy.gpu_total_gib(unknown) is None
     assert "total memory" in kv_accuracy.unsupported(unknown)
+
+
+def test_a_v0_start_in_a_v1_version_and_a_non_memory_failure_are_read_as_such():
+    """The V0 engine's banner in a 0.8 - 0.10 log makes the budget model V0; a start that failed after passing the KV
+    check for another reason is scored as passing it."""
+    case = next(c for c in CASES if "v085-v0eng" in c["id"])
+    assert kv_accuracy.v0_engine(case) and kv_accuracy.predict(case, weights_from_log=True)["engine"]["v0_engine"]
+    failed = next(c for c in CASES if c.get("outcome") == kv_accuracy.PASSED_KV_CHECK)
+    row = kv_accuracy.score(failed, kv_accuracy.predict(failed, weights_from_log=True))
+    assert row["engine_started"] and row["verdict_right"]

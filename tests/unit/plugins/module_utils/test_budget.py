@@ -917,10 +917,22 @@ def test_calibration_key_names_the_further_config_that_moves_the_overhead_only_w
 @pytest.mark.parametrize("version, context", [("0.7.3", False), ("0.8.0", True), ("0.8.5", True), ("0.9.0", True),
                                               ("0.9.1", False), ("0.10.0", False)])
 def test_the_first_v1_engines_count_the_cuda_context(version, context):
-    """0.8.0 - 0.9.0 measured non-torch memory device-wide (total - free - torch's allocated bytes)."""
+    """0.8.0 - 0.9.0 measured non-torch memory device-wide (total - free - torch's allocated bytes); their V0 engine
+    (VLLM_USE_V1=0) took a snapshot after the context."""
     base = engine_memory.non_torch_bytes(TINY, 1, {"version": "0.10.0"})
     expected = base + (engine_memory.ENGINE_STARTUP_BYTES if context else 0)
     assert engine_memory.non_torch_bytes(TINY, 1, {"version": version}) == expected
+    assert engine_memory.non_torch_bytes(TINY, 1, {"version": version, "v0_engine": True}) == base
+
+
+def test_a_v0_engine_where_v1_was_the_default_takes_v0_s_batch():
+    v1 = engine_memory.engine_defaults("0.8.5", "NVIDIA H100 80GB HBM3", 80 * GIB)
+    v0 = engine_memory.engine_defaults("0.8.5", "NVIDIA H100 80GB HBM3", 80 * GIB, v0_engine=True)
+    assert (v1["v0_engine"], v1["max_num_batched_tokens"], v1["max_num_seqs"]) == (False, 8192, 1024)
+    assert (v0["v0_engine"], v0["max_num_seqs"]) == (True, 256)
+    result = plan(TINY, [tier("bf16")], gpus(1, 80), max_model_len=8192, max_num_seqs=8,
+                  engine={"version": "0.8.5", "v0_engine": True})
+    assert result["engine"]["max_num_batched_tokens"] == 8192      # max(max_model_len, 2048)
 
 
 @pytest.mark.parametrize("version, runtime_gib", [("0.11.0", 0.135), ("0.17.1", 0.135), ("0.18.0", 0.27),
