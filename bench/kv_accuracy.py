@@ -88,10 +88,8 @@ def unsupported(case):
     if speculative.get("method") in ("draft_model", "medusa", "mlp_speculator") or (
             speculative.get("method") == "mtp" and speculative.get("model")):
         return "a draft model of its own (its config is not in the case)"
-    config = case["model"]["config"]
-    unprofiled = "vision" in case["id"] or (config.get("vision_config") and not (model_profile(config).get("vision") or {}).get("family"))
-    if unprofiled and not encoder_left_out(case):
-        return "multimodal, its vision tower not modelled (the encoder is profiled too)"
+    if cross_attention_layers(case["model"]["config"]):
+        return "cross-attention to the image (Llama 3.2 Vision): its encoder cache is not modelled"
     if settings.get("kv_cache_memory_bytes") or settings.get("num_gpu_blocks_override"):
         return "KV cache size set by hand"
     if settings.get("cpu_offload_gb"):
@@ -104,13 +102,10 @@ def unsupported(case):
     return None
 
 
-def encoder_left_out(case):
-    """Whether the engine profiles no multimodal encoder (the tower is not built, or its profiling is skipped)."""
-    settings = case.get("settings") or {}
-    profile = model_profile(case["model"]["config"], source=case["id"])
-    # a transcribed config may leave the tower's shape out: the tower is there all the same
-    with_tower = dict(profile, params=dict(profile["params"], vision=max(1, profile["params"].get("vision") or 0)))
-    return bool(settings.get("skip_mm_profiling") or engine_memory.vision_tower_skipped(with_tower, engine_of(case, settings)))
+def cross_attention_layers(config):
+    """Llama 3.2 Vision's decoder layers that attend to the image (text_config.cross_attention_layers)."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    return text.get("cross_attention_layers") or []
 
 
 def tier_of(profile, settings):
