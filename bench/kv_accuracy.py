@@ -85,7 +85,7 @@ def unsupported(case):
     if (settings.get("data_parallel_size") or 1) > 1:
         return "data parallel"
     speculative = settings.get("speculative") or {}
-    if speculative.get("method") in ("draft_model", "medusa", "mlp_speculator") or (
+    if speculative.get("method") in ("draft_model", "medusa", "mlp_speculator", "dflash", "dspark") or (
             speculative.get("method") == "mtp" and speculative.get("model")):
         return "a draft model of its own (its config is not in the case)"
     if cross_attention_layers(case["model"]["config"]):
@@ -166,6 +166,10 @@ def stage_weights_gib(case):
         return [s.get("model_loading_gib") for s in reported["per_stage"]]
     if reported.get("per_rank_profile"):
         return [r.get("weights_gib") for r in reported["per_rank_profile"]]
+    stages = case["settings"].get("pipeline_parallel_size") or 1
+    if stages > 1 and reported.get("model_loading_gib"):
+        # one "Model loading took" line: the first stage's (the driver worker logs it); the others modelled
+        return [reported["model_loading_gib"]] + [None] * (stages - 1)
     return None
 
 

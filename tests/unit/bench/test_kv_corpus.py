@@ -93,3 +93,12 @@ def test_a_v0_start_in_a_v1_version_and_a_non_memory_failure_are_read_as_such():
     failed = next(c for c in CASES if c.get("outcome") == kv_accuracy.PASSED_KV_CHECK)
     row = kv_accuracy.score(failed, kv_accuracy.predict(failed, weights_from_log=True))
     assert row["engine_started"] and row["verdict_right"]
+
+
+def test_a_pipeline_start_with_one_loading_line_gives_the_first_stage_its_weights():
+    """Under pipeline parallelism the driver worker logs "Model loading took" for the first stage alone: that stage
+    takes the printed weights (not the whole model's split), the others the model's own."""
+    case = next(c for c in CASES if c["id"] == "dense-qwen3-32b-rtxpro6000-pp2-v0271-32k-util0426")
+    assert kv_accuracy.stage_weights_gib(case) == [30.52, None]
+    stages = kv_accuracy.predict(case, weights_from_log=True)["budget_bytes"]["stages"]
+    assert abs(stages[0]["weights"] / kv_accuracy.GIB - 30.52) < 0.01
