@@ -97,8 +97,21 @@ def unsupported(case):
     if settings.get("kv_transfer_config"):
         return "a KV connector (it keeps GPU buffers of its own; the collection configures none)"
     reported = case.get("engine_reported") or {}
-    if reported.get("available_kv_cache_gib") is None and reported.get("gpu_kv_cache_tokens") is None:
+    if reported.get("available_kv_cache_gib") is None and engine_tokens(case) is None:
         return "no KV numbers printed"
+    return None
+
+
+def engine_tokens(case):
+    """The engine's KV tokens: its "GPU KV cache size" line, or a V0 engine's "# GPU blocks" x the block size (all its
+    layers in one group: the tokens it holds)."""
+    reported = case.get("engine_reported") or {}
+    if reported.get("gpu_kv_cache_tokens") is not None:
+        return reported["gpu_kv_cache_tokens"]
+    version = engine_memory.engine_version(str(case.get("engine_version") or ""))
+    blocks = reported.get("gpu_blocks", reported.get("num_gpu_blocks"))
+    if blocks is not None and (version < engine_memory.V1_DEFAULT_SINCE or v0_engine(case)):
+        return blocks * (case["settings"].get("block_size") or 16)
     return None
 
 
@@ -238,7 +251,7 @@ def score(case, result):
     predicted_gib = (table.get("kv_available") or 0) / GIB
     engine_gib = reported.get("available_kv_cache_gib")
     row = {"id": case["id"], "predicted_gib": round(predicted_gib, 2), "engine_gib": engine_gib,
-           "predicted_tokens": table.get("kv_cache_tokens"), "engine_tokens": reported.get("gpu_kv_cache_tokens"),
+           "predicted_tokens": table.get("kv_cache_tokens"), "engine_tokens": engine_tokens(case),
            "predicted_starts": bool(result.get("starts")),
            "engine_started": case.get("outcome", STARTED) in (STARTED, PASSED_KV_CHECK)}
     if table.get("stages"):

@@ -102,3 +102,12 @@ def test_a_pipeline_start_with_one_loading_line_gives_the_first_stage_its_weight
     assert kv_accuracy.stage_weights_gib(case) == [30.52, None]
     stages = kv_accuracy.predict(case, weights_from_log=True)["budget_bytes"]["stages"]
     assert abs(stages[0]["weights"] / kv_accuracy.GIB - 30.52) < 0.01
+
+
+def test_a_v0_engine_s_blocks_give_its_tokens():
+    """V0 prints "# GPU blocks" and no token count: its tokens are the blocks x the block size (one group)."""
+    case = next(c for c in CASES if c["id"] == "dense-qwen25-14b-a100-40g-v073-v0eng-8k-util080")
+    assert case["engine_reported"].get("gpu_kv_cache_tokens") is None
+    assert kv_accuracy.engine_tokens(case) == case["engine_reported"]["num_gpu_blocks"] * 16
+    v1 = dict(case, engine_version="0.10.2", log_excerpt="")
+    assert kv_accuracy.engine_tokens(v1) is None       # a V1 engine's blocks span its groups: not tokens
