@@ -42,7 +42,7 @@ import json
 import math
 import re
 
-from ansible_collections.hy3.fleet.plugins.module_utils import kv_layout
+from ansible_collections.hy3.fleet.plugins.module_utils import kv_layout, nvml
 from ansible_collections.hy3.fleet.plugins.module_utils.checkpoint import VOCAB_PADDING
 from ansible_collections.hy3.fleet.plugins.module_utils.model_config import VISION_QWEN2, VISION_QWEN3, expert_width
 
@@ -1186,10 +1186,10 @@ def device_wide_bytes(settings):
     return ENGINE_STARTUP_BYTES if first <= version < last and not settings.get("v0_engine") else 0
 
 
-# GPUs whose memory is the host's (GB10 / DGX Spark 12.1, Jetson Thor 11.0, Jetson Orin 8.7; vLLM's mem_utils
-# list): cudaMemGetInfo, which vLLM's memory snapshots read, counts every allocation of the system, the engine's
-# host side included.
-UNIFIED_MEMORY_CAPABILITIES = ((12, 1), (11, 0), (8, 7))
+# GPUs whose memory is the host's (nvml's list, as the facts spell a capability): cudaMemGetInfo, which vLLM's
+# memory snapshots read, counts every allocation of the system, the engine's host side included.
+UNIFIED_MEMORY_CAPABILITIES = tuple(tuple(int(part) for part in capability.split("."))
+                                    for capability in nvml.UNIFIED_MEMORY_CAPABILITIES)
 
 
 def unified_memory(gpu_name):
