@@ -466,7 +466,7 @@ def config_settings(config, version=None):
 # Settings of a further config that move the engine's overhead (not only its KV layout): the calibration key names them.
 OVERHEAD_CONFIG_SETTINGS = ("async_scheduling", "max_cudagraph_capture_size", "num_speculative_tokens",
                             "speculative_method", "mm_limits", "language_model_only", "skip_mm_profiling",
-                            "attention_backend", "unmodelled_config")
+                            "attention_backend", "unmodelled_config", "environment")
 
 
 def overhead_config_key(settings, profile=None):
@@ -683,13 +683,16 @@ V2_RUNNER_ARCHITECTURES = (
 )
 
 
-def model_runner_v2(version, profile, drafter=None):
+def model_runner_v2(version, profile, drafter=None, forced=None):
     """Whether the engine runs this model on vLLM's model runner V2: every model from MODEL_RUNNER_V2_SINCE,
     some from 0.22 (V2_RUNNER_ARCHITECTURES), none before; a drafter that runner does not take yet (V1_DRAFTERS_UNTIL,
-    the speculative method) keeps the V1 runner."""
+    the speculative method) keeps the V1 runner. forced: the runner the engine's environment picks
+    (VLLM_USE_V2_MODEL_RUNNER, environment_settings), which vLLM takes over its own choice while it has both."""
     ver = engine_version(version)
     if ver >= MODEL_RUNNER_V1_REMOVED_SINCE:
         return True
+    if forced is not None:
+        return bool(forced)
     if ver < V1_DRAFTERS_UNTIL.get(drafter, (0, 0, 0)):
         return False
     if ver >= MODEL_RUNNER_V2_SINCE:
@@ -707,6 +710,13 @@ def model_runner_v2(version, profile, drafter=None):
     return listed or (dense and kv_layout.LINEAR not in (profile.get("layer_types") or []))
 
 
+def runs_model_runner_v2(profile, settings):
+    """model_runner_v2 for these settings: their version, speculative method and the runner their environment
+    picks (model_runner_v2 setting)."""
+    return model_runner_v2(settings.get("version"), profile, speculative_method(settings),
+                           settings.get("model_runner_v2"))
+
+
 def in_flight_tokens(profile, settings, pp=1):
     """Tokens scheduled but not yet settled, which a sliding-window (or chunked-local) KV group keeps beyond its
     window for each request: one batch of max_num_batched_tokens before IN_FLIGHT_BATCHES_SINCE, then every
@@ -718,14 +728,15 @@ def in_flight_tokens(profile, settings, pp=1):
         return tokens
     if settings.get("async_scheduling") is False:
         batches = pp
-    elif model_runner_v2(version, profile, speculative_method(settings)):
+    elif runs_model_runner_v2(profile, settings):
         batches = pp + 1
     else:
         batches = 2 if pp <= 1 else pp
     return batches * tokens
 
 
-def sampler_bytes(profile, tokens, rows, version=None, act_bytes=2, tp=1, flashinfer_sampler=None, drafter=None):
+def sampler_bytes(profile, tokens, rows, version=None, act_bytes=2, tp=1, flashinfer_sampler=None, drafter=None,
+                  v2=None):
     """The sampler phase: fp32 logits, probabilities and top-k/top-p buffers over the full vocabulary
     (vocab-parallel logits are gathered on every rank), with the forward's hidden states alive. The
     logits come out in the model's dtype first, so an fp32 model holds 2 more bytes per element.
@@ -733,9 +744,12 @@ def sampler_bytes(profile, tokens, rows, version=None, act_bytes=2, tp=1, flashi
     no probabilities, vllm/v1/worker/gpu/model_runner.py _dummy_sampler_run, 0.29 - 0.32), so its phase
     holds the logits alone, gathered over tp ranks (2 + 1/tp copies while the all-gather runs); from
     V2_SAMPLER_WARMUP_SINCE a second pass with warm-up sampling parameters holds the fp32 pipeline again.
-    flashinfer_sampler: see sorting_sampler; drafter: the speculative method (its runner)."""
+    flashinfer_sampler: see sorting_sampler; drafter: the speculative method (its runner); v2: the runner where the
+    caller knows it (runs_model_runner_v2)."""
     hidden_states = tokens * profile["hidden_size"] * act_bytes
-    if model_runner_v2(version, profile, drafter) and engine_version(version) < V2_SAMPLER_WARMUP_SINCE:
+    if v2 is None:
+        v2 = model_runner_v2(version, profile, drafter)
+    if v2 and engine_version(version) < V2_SAMPLER_WARMUP_SINCE:
         copies = 1 if tp <= 1 else 2 + 1.0 / tp
         return int(hidden_states + copies * act_bytes * rows * profile["vocab_size"])
     per_element = sampler_element_bytes(version, act_bytes, flashinfer_sampler)
@@ -783,6 +797,38 @@ def flashinfer_sampler(version, environment=None, flashinfer_installed=None):
     return True if flashinfer_installed else None
 
 
+# The engine's environment variables that change what it counts, each read by the releases between its bounds
+# (vllm/envs.py; None: no bound): VLLM_USE_V1 chose the engine while both were built and V1 was the default (from
+# V1_DEFAULT_SINCE; 0.11 removed V0; the 0.7 opt-in V1 engine is not modelled), VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS whether the CUDA-graph
+# estimate is deducted before the KV cache (vLLM PR #30515: opt-in in envs.py from 0.18.0, not in 0.17.0; default
+# from CUDAGRAPH_COUNTED_SINCE), VLLM_USE_V2_MODEL_RUNNER which model runner runs (envs.py from 0.12.0, not in
+# 0.11.0; only V2 from MODEL_RUNNER_V1_REMOVED_SINCE).
+# Each maps to the budget setting it decides; VLLM_USE_V1 says the opposite of v0_engine.
+ENVIRONMENT_SETTINGS = {
+    "VLLM_USE_V1": ("v0_engine", V1_DEFAULT_SINCE, (0, 11, 0)),
+    "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": ("cudagraph_counted", (0, 18, 0), None),
+    "VLLM_USE_V2_MODEL_RUNNER": ("model_runner_v2", (0, 12, 0), MODEL_RUNNER_V1_REMOVED_SINCE),
+}
+INVERTED_ENVIRONMENT = ("VLLM_USE_V1",)
+
+
+def environment_settings(version, environment):
+    """(settings, honoured): the budget settings the engine's environment decides, where the engine's release reads
+    the variable (ENVIRONMENT_SETTINGS; vLLM reads each as an integer, non-zero for on), and the variables taken as
+    "NAME=value", sorted, for the calibration key. A variable outside its releases, or not an integer, is left out:
+    the engine ignores the one and fails on the other at its own start."""
+    ver = engine_version(version)
+    settings, honoured = {}, []
+    for name in sorted(ENVIRONMENT_SETTINGS):
+        setting, first, last = ENVIRONMENT_SETTINGS[name]
+        value = _integer((environment or {}).get(name))
+        if value is None or ver < first or (last is not None and ver >= last):
+            continue
+        settings[setting] = (value == 0) if name in INVERTED_ENVIRONMENT else (value != 0)
+        honoured.append("%s=%d" % (name, value))
+    return settings, honoured
+
+
 def _integer(value):
     try:
         return int(str(value).strip())
@@ -790,17 +836,18 @@ def _integer(value):
         return None
 
 
-def sampler_state_bytes(profile, max_num_seqs, version=None, drafter=None):
+def sampler_state_bytes(profile, max_num_seqs, version=None, drafter=None, v2=None):
     """Model runner V2's per-request sampling state, allocated at load and kept (penalties' output_bin_counts
     int32 [seqs, vocab], prompt_bin_mask and the structured-output grammar_bitmask, one bit each: 4.25 bytes
-    a (seq x vocab) element; sample/penalties.py and structured_outputs.py, 0.29 - 0.30); 0 on the V1 runner."""
-    if not model_runner_v2(version, profile, drafter):
+    a (seq x vocab) element; sample/penalties.py and structured_outputs.py, 0.29 - 0.30); 0 on the V1 runner.
+    v2: the runner where the caller knows it (runs_model_runner_v2)."""
+    if not (model_runner_v2(version, profile, drafter) if v2 is None else v2):
         return 0
     return int(4.25 * max_num_seqs * profile["vocab_size"])
 
 
 def profile_run_phases(profile, tp, max_num_batched_tokens, max_num_seqs, version=None, act_bytes=2,
-                       sampler=True, flashinfer_sampler=None, drafter=None):
+                       sampler=True, flashinfer_sampler=None, drafter=None, v2=None):
     """The profile run's two torch peaks above what stays allocated, in bytes: (the forward's, the sampler
     phase's) over max_num_seqs dummy requests; the sampler's is 0 without a sampler.
 
@@ -813,7 +860,7 @@ def profile_run_phases(profile, tp, max_num_batched_tokens, max_num_seqs, versio
     if not sampler:
         return forward, 0
     return forward, sampler_bytes(profile, max_num_batched_tokens, rows, version, act_bytes, tp, flashinfer_sampler,
-                                  drafter)
+                                  drafter, v2)
 
 
 def speculative_method(settings):
@@ -854,7 +901,7 @@ def rejection_sampler_bytes(profile, tokens, rows, settings, act_bytes=2):
     element) and the bonus token's sampler over the drafted logits (gpu_model_runner._dummy_sampler_run,
     rejection_sampler.py, 0.19 - 0.29). 0 on model runner V2, whose profile runs no rejection sampler."""
     method, version = speculative_method(settings), settings.get("version")
-    if method is None or model_runner_v2(version, profile, method):
+    if method is None or runs_model_runner_v2(profile, settings):
         return 0
     bonus = REJECTION_HELD_LOGITS_BYTES + sampler_element_bytes(version, act_bytes, settings.get("flashinfer_sampler"))
     per_element = max(3 * act_bytes + REJECTION_SAMPLER_BYTES, bonus)
@@ -870,7 +917,7 @@ def drafter_buffer_bytes(profile, settings, act_bytes=2):
     if method not in PROFILED_DRAFTERS or engine_version(version) < DRAFTER_BUFFERS_COUNTED_SINCE:
         return 0
     hidden = profile["hidden_size"] * act_bytes
-    per_row = 13 + hidden if model_runner_v2(version, profile, method) else 24 + 2 * hidden
+    per_row = 13 + hidden if runs_model_runner_v2(profile, settings) else 24 + 2 * hidden
     return settings["max_num_batched_tokens"] * per_row
 
 
@@ -1317,7 +1364,7 @@ def cudagraph_count(settings, profile=None):
         requests = set(cudagraph_capture_sizes(most, most, most)) | {most}
         ceiling = min(2 * seqs * step, platform_cap, tokens)
         sizes = sorted(set(sizes) | {n * step for n in requests if n * step <= ceiling})
-    v2 = profile is not None and model_runner_v2(settings.get("version"), profile, method)
+    v2 = profile is not None and runs_model_runner_v2(profile, settings)
     if step > 1 and not v2:
         sizes = sorted({_round_up(size, step) for size in sizes if _round_up(size, step) <= sizes[-1]}) or [step]
         full = [size for size in sizes if step <= size <= step * seqs]
@@ -1336,7 +1383,7 @@ def drafter_graph_count(settings, profile, target_graphs):
     if method not in PROFILED_DRAFTERS:
         return 0
     graphs, sizes = target_graphs
-    if profile is None or not model_runner_v2(settings.get("version"), profile, method):
+    if profile is None or not runs_model_runner_v2(profile, settings):
         return len(sizes)
     decode = len([size for size in sizes if size <= settings["max_num_seqs"]]) if settings["num_speculative_tokens"] > 1 else 0
     return graphs + decode
@@ -1528,7 +1575,7 @@ def _encoder_run(profile, settings):
     ENCODER_V2_PROFILED_SINCE (V2 True). Without a max_model_len the model's own is taken."""
     settings = dict(settings, max_model_len=settings.get("max_model_len") or profile["max_position_embeddings"])
     batch = encoder_dummy_batch(profile.get("vision"), settings)
-    v2 = batch is not None and model_runner_v2(settings.get("version"), profile, speculative_method(settings))
+    v2 = batch is not None and runs_model_runner_v2(profile, settings)
     if v2 and engine_version(settings.get("version")) < ENCODER_V2_PROFILED_SINCE:
         batch = None
     return batch, v2
@@ -1572,7 +1619,7 @@ def cudagraph_counted(profile, settings):
     if settings.get("enforce_eager") or not settings.get("cudagraph_counted"):
         return False
     version = settings.get("version")
-    return not (model_runner_v2(version, profile, speculative_method(settings))
+    return not (runs_model_runner_v2(profile, settings)
                 and engine_version(version) < V2_CUDAGRAPH_ESTIMATED_SINCE)
 
 
@@ -1623,8 +1670,9 @@ def overhead(profile, tp, settings):
     last_stage = settings.get("last_pp_stage", True)
     drafter = speculative_method(settings)
     tokens, seqs = settings["max_num_batched_tokens"], settings["max_num_seqs"]
+    v2 = runs_model_runner_v2(profile, settings)
     forward, sampler = profile_run_phases(profile, tp, tokens, seqs, settings.get("version"), act, last_stage,
-                                          settings.get("flashinfer_sampler"), drafter)
+                                          settings.get("flashinfer_sampler"), drafter, v2)
     kept, per_call = moe_workspace_parts(profile, tp, settings, act)
     peak, experts = _profile_peak(forward, sampler, kept, per_call)
     # speculative decoding: the drafter's phase (the target's output held through its forward, on the last stage,
@@ -1637,7 +1685,7 @@ def overhead(profile, tp, settings):
         speculative += drafter_buffer_bytes(profile, settings, act)
     lines = {
         "activation_peak": peak,
-        "sampler_state": sampler_state_bytes(profile, seqs, settings.get("version"), drafter) if last_stage else 0,
+        "sampler_state": sampler_state_bytes(profile, seqs, settings.get("version"), drafter, v2) if last_stage else 0,
         "moe_workspace": experts,
         # the compile's peak counts only by what it exceeds the profile's own peaks (the drafter's phase included) and
         # the workspace kept after it

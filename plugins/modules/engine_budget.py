@@ -146,8 +146,11 @@ options:
     default: false
   engine_environment:
     description:
-      - The engine's environment variables; those that change its memory are modelled (C(VLLM_USE_FLASHINFER_SAMPLER)
-        picks the sampler the profile run uses).
+      - The engine's environment variables; those that change its memory are modelled, where the engine's release
+        reads them. C(VLLM_USE_FLASHINFER_SAMPLER) picks the sampler the profile run uses;
+        C(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS) whether the CUDA-graph estimate is taken off the KV cache;
+        C(VLLM_USE_V2_MODEL_RUNNER) which model runner runs; C(VLLM_USE_V1) which engine runs (v0.8 - v0.10).
+        The calibration key names the last three.
     type: dict
     default: {}
   flashinfer_installed:
@@ -393,7 +396,9 @@ engine:
     the facts, or null), max_num_batched_tokens (and whether it is the engine's default), enforce_eager,
     flashinfer_sampler (whether the profile run samples with FlashInfer; null for engines before v0.11 whose
     FlashInfer install is not known, budgeted with the sort),
-    cudagraph_counted, v0_engine (whether vLLM's V0 engine runs, as before v0.8), kv_cache_memory_bytes,
+    cudagraph_counted, v0_engine (whether vLLM's V0 engine runs, as before v0.8), model_runner_v2 (the model
+    runner O(engine_environment) picks; null, the engine's own choice), environment (the modelled variables
+    O(engine_environment) set, as NAME=value; null when none), kv_cache_memory_bytes,
     runtime_overhead_gib, model_id, and what O(engine_config) set of enable_prefix_caching, mamba_ssm_cache_dtype,
     max_cudagraph_capture_size, async_scheduling, attention_backend, num_speculative_tokens and
     speculative_method (null where unset).
@@ -526,7 +531,9 @@ def engine_settings(params, from_config):
     """What budget.plan models of the engine; the GPU model names the calibration key. from_config: the settings
     engine_memory.config_settings read in the engine's further config."""
     gpus = params["gpus"]
-    return dict({k: v for k, v in from_config.items() if k != "block_size"}, **{
+    from_environment, honoured = engine_memory.environment_settings(params["engine_version"],
+                                                                    params["engine_environment"])
+    return dict({k: v for k, v in from_config.items() if k != "block_size"}, **from_environment, **{
         "version": params["engine_version"], "platform": params["engine_platform"],
         "gpu_name": gpus[0].get("name") if gpus else None, "nvlink": nvlink_connected(gpus),
         "max_num_batched_tokens": params["max_num_batched_tokens"], "enforce_eager": params["enforce_eager"],
@@ -534,7 +541,7 @@ def engine_settings(params, from_config):
         "flashinfer_sampler": engine_memory.flashinfer_sampler(params["engine_version"], params["engine_environment"],
                                                                params["flashinfer_installed"]),
         "runtime_overhead_gib": params["runtime_overhead_gib"], "model_id": params["model_id"],
-        "calibration_entries": params["calibration_entries"],
+        "calibration_entries": params["calibration_entries"], "environment": ",".join(honoured) or None,
     })
 
 

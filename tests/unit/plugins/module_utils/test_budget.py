@@ -953,3 +953,40 @@ def test_runtime_growth_follows_the_engine_s_baseline(version, runtime_gib):
 def test_gpu_capability_by_name(name, capability):
     """What vLLM's platform reports, told from NVML's name where the budget has no device to ask."""
     assert engine_memory.gpu_capability(name) == capability
+
+
+@pytest.mark.parametrize("version, environment, settings, honoured", [
+    # opt-in from 0.18.0 (not in 0.17.0's envs.py); default on from 0.20, so =0 turns it off there
+    ("0.17.0", {"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "1"}, {}, []),
+    ("0.19.0", {"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "1"}, {"cudagraph_counted": True},
+     ["VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1"]),
+    ("0.29.0", {"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": 0}, {"cudagraph_counted": False},
+     ["VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0"]),
+    # the engine's choice while both engines were built; VLLM_USE_V1 says the opposite of v0_engine
+    ("0.9.2", {"VLLM_USE_V1": "0"}, {"v0_engine": True}, ["VLLM_USE_V1=0"]),
+    ("0.8.5", {"VLLM_USE_V1": "1"}, {"v0_engine": False}, ["VLLM_USE_V1=1"]),
+    ("0.7.3", {"VLLM_USE_V1": "1"}, {}, []),                   # the opt-in V1 engine of 0.7 is not modelled
+    ("0.11.0", {"VLLM_USE_V1": "0"}, {}, []),                  # V0 removed: ignored
+    ("0.29.0", {"VLLM_USE_V2_MODEL_RUNNER": "0"}, {"model_runner_v2": False}, ["VLLM_USE_V2_MODEL_RUNNER=0"]),
+    ("0.11.0", {"VLLM_USE_V2_MODEL_RUNNER": "1"}, {}, []),    # not read before 0.12
+    ("0.34.0", {"VLLM_USE_V2_MODEL_RUNNER": "0"}, {}, []),    # the V1 runner is gone
+    ("0.29.0", {"VLLM_USE_V2_MODEL_RUNNER": "yes", "HF_HOME": "/hf"}, {}, []),   # not an integer; unmodelled
+    ("0.29.0", None, {}, []),
+])
+def test_the_engine_environment_decides_what_it_reads(version, environment, settings, honoured):
+    assert engine_memory.environment_settings(version, environment) == (settings, honoured)
+
+
+def test_a_forced_v1_runner_is_budgeted_as_v1():
+    """VLLM_USE_V2_MODEL_RUNNER=0 on 0.29 (a public MIG study pins it): the V1 runner's sampler pass, no V2
+    sampling state, and the calibration key names the variable."""
+    profile = dict(TINY, vocab_size=151936, hidden_size=4096)
+    settings = {"version": "0.29.0", "max_num_batched_tokens": 2048, "max_num_seqs": 256, "cudagraph_counted": True}
+    v2 = engine_memory.overhead(profile, 1, settings)
+    v1 = engine_memory.overhead(profile, 1, dict(settings, model_runner_v2=False))
+    assert v2["sampler_state"] == int(4.25 * 256 * 151936) and v1["sampler_state"] == 0
+    # V1's dummy sampler runs the fp32 top-k / top-p pipeline over every row; V2's greedy pass holds the logits alone
+    assert v1["activation_peak"] > v2["activation_peak"]
+    assert engine_memory.model_runner_v2("0.25.1", HY3, forced=True) and not engine_memory.model_runner_v2("0.25.1", HY3)
+    assert engine_memory.overhead_config_key({"environment": "VLLM_USE_V2_MODEL_RUNNER=0"}) == \
+        "environment=VLLM_USE_V2_MODEL_RUNNER=0"

@@ -327,3 +327,23 @@ def test_a_bf16_checkpoint_served_in_float32_is_not_called_a_32_bit_checkpoint(t
     assert found["bits"] == 32 and not any("32-bit checkpoint" in w for w in found["warnings"])
     plain = run_module(engine_budget.main, args([{"name": "bf16", "weights_dir": bf16}])).result["weight_dirs"][0]
     assert found["weight_bytes_per_rank"] > 1.9 * plain["weight_bytes_per_rank"]
+
+
+def test_the_engine_environment_moves_the_budget_and_its_key(tmp_path):
+    """VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 on a v0.30 engine: no CUDA-graph estimate is taken off the KV cache,
+    and the calibration key names the variable, so an engine run without it never calibrates this one."""
+    bf16 = sample_checkpoints.write(tmp_path / "bf16")
+    tiers = [{"name": "bf16", "weights_dir": bf16}]
+    gpus = devices(1, 80, 80, name="NVIDIA H100 80GB HBM3")
+
+    def budget(environment):
+        return run_module(engine_budget.main, args(tiers, gpus=gpus, engine_version="0.30.0", max_num_seqs=64,
+                                                   engine_environment=environment)).result
+
+    default, off = budget({}), budget({"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "0", "HF_HOME": "/hf"})
+    assert default["budget_bytes"]["cudagraph"] > 0 and off["budget_bytes"]["cudagraph"] == 0
+    assert off["budget_bytes"]["kv_available"] == default["budget_bytes"]["kv_available"] + default["budget_bytes"]["cudagraph"]
+    assert (off["engine"]["cudagraph_counted"], off["engine"]["environment"]) == (False, "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0")
+    assert default["engine"]["environment"] is None
+    assert "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0" in off["calibration_fields"]["engine_config"]
+    assert "VLLM_MEMORY" not in default["calibration_fields"]["engine_config"]
