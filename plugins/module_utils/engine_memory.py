@@ -1648,6 +1648,27 @@ def cold_compile_bytes(profile, tp, settings, act_bytes=2):
     return rows * profile["hidden_size"] * act_bytes
 
 
+# From 0.29 the engine measures what the profile leaves behind by the free memory it lost (mem_utils.py
+# memory_profiling: total_consumed, 0.29.0; before, torch's reserved memory was subtracted and only its allocated peak
+# counted), so a segment of the caching allocator that a live block pins stays counted after empty_cache. On the
+# V1 runner the cold compile's copy of the embedding table frees its segment before the dummy sampler pass, which
+# keeps a buffer there: ten public v0.29 MIG starts of Qwen3-8B-FP8 run with VLLM_USE_V2_MODEL_RUNNER=0 print
+# 1.28 GiB of consumed memory beyond the weights against 0.11 - 0.15 on eager v0.29 starts (no compile), with the
+# 1.16 GiB table charged as transient peak as well. Model runner V2's dummy sampler is a greedy argmax that keeps
+# nothing (a v0.29 Gemma-4 start on V2 shows no such segment).
+COMPILE_SEGMENT_COUNTED_SINCE = (0, 29, 0)
+
+
+def compile_segment_kept_bytes(profile, settings, table):
+    """The cold compile's table segment (table: cold_compile_bytes) that stays reserved after the profile and counts
+    against the KV cache (COMPILE_SEGMENT_COUNTED_SINCE): on the V1 runner, where that run's sampler pass (the last
+    pipeline stage's) follows the compile on the same rank; 0 otherwise."""
+    if (not table or not settings.get("last_pp_stage", True) or runs_model_runner_v2(profile, settings)
+            or engine_version(settings.get("version")) < COMPILE_SEGMENT_COUNTED_SINCE):
+        return 0
+    return table
+
+
 def _profile_peak(forward, sampler, kept, per_call):
     """(the profile run's torch peak, the expert kernels' share beyond it): the per-call expert buffers raise the peak
     only by what the forward with them outgrows the sampler phase."""
@@ -1671,6 +1692,7 @@ def overhead(profile, tp, settings):
     drafter = speculative_method(settings)
     tokens, seqs = settings["max_num_batched_tokens"], settings["max_num_seqs"]
     v2 = runs_model_runner_v2(profile, settings)
+    table = cold_compile_bytes(profile, tp, settings, act)
     forward, sampler = profile_run_phases(profile, tp, tokens, seqs, settings.get("version"), act, last_stage,
                                           settings.get("flashinfer_sampler"), drafter, v2)
     kept, per_call = moe_workspace_parts(profile, tp, settings, act)
@@ -1688,8 +1710,8 @@ def overhead(profile, tp, settings):
         "sampler_state": sampler_state_bytes(profile, seqs, settings.get("version"), drafter, v2) if last_stage else 0,
         "moe_workspace": experts,
         # the compile's peak counts only by what it exceeds the profile's own peaks (the drafter's phase included) and
-        # the workspace kept after it
-        "cold_compile": max(0, cold_compile_bytes(profile, tp, settings, act) - peak - experts - speculative),
+        # the workspace kept after it; its segment, where a later buffer keeps it, counts whole
+        "cold_compile": max(0, table - peak - experts - speculative) + compile_segment_kept_bytes(profile, settings, table),
         "speculative": speculative,
         "encoder_profile": encoder_profile_bytes(profile, tp, settings, peak + experts, act),
         "non_torch": non_torch_bytes(profile, tp, settings),

@@ -862,6 +862,34 @@ def test_a_public_cold_gemma4_start_whose_profile_charged_its_embedding_table():
     assert abs(table["kv_available"] / 1024 ** 3 - 13.47) < 0.3
 
 
+def test_a_forced_v1_runner_keeps_the_cold_compile_segment():
+    """vLLM 0.29.0, Qwen3-8B-FP8 on one MIG 1g.16gb slice of an RTX PRO 4500, VLLM_USE_V2_MODEL_RUNNER=0
+    (github.com/akamaslabs/vllm-benchmark at 852352464bac, studies/28-g7-4500-mig-min-cost-fixed-load/kernel-probe/results/
+    A-fa.log and A-fa.sts.yaml): "Model loading took 8.88 GiB", "Available KV cache memory: 2.24 GiB", "10.16 GiB for
+    consumed memory (weights + non-torch)": the table segment counts beyond the transient peak on the V1 runner."""
+    qwen3_8b = model_profile(dict(LLAMA_31_8B, architectures=["Qwen3ForCausalLM"], num_hidden_layers=36,
+                                  intermediate_size=12288, vocab_size=151936, tie_word_embeddings=False,
+                                  max_position_embeddings=40960))
+    table = 151936 * 4096 * 2
+    settings = {"version": "0.29.0", "max_num_batched_tokens": 2048, "max_num_seqs": 256}
+    v1 = dict(settings, model_runner_v2=False)
+    assert engine_memory.compile_segment_kept_bytes(qwen3_8b, v1, table) == table
+    for off in (settings, dict(v1, version="0.28.0"), dict(v1, last_pp_stage=False)):
+        assert engine_memory.compile_segment_kept_bytes(qwen3_8b, off, table) == 0
+    assert engine_memory.compile_segment_kept_bytes(qwen3_8b, dict(v1, enforce_eager=True), 0) == 0
+    lines = engine_memory.overhead(qwen3_8b, 1, v1)
+    assert lines["cold_compile"] == table - lines["activation_peak"] + table
+    tier = {"name": "fp8", "bits": 8, "present": True, "dtype": "bfloat16", "weights_dir": "/w",
+            "weight_bytes_per_rank": int(8.88 * 1024 ** 3), "weights_as_loaded": True}
+    total = int(15.66 * 1024 ** 3)
+    result = budget.plan(qwen3_8b, [tier], [{"index": 0, "total": total, "free": total}], gpu_memory_utilization=0.9,
+                         max_model_len=4096, min_max_model_len=4096, max_num_seqs=256, min_max_num_seqs=256,
+                         engine={"version": "0.29.0", "gpu_name": "NVIDIA RTX PRO 4500 Blackwell Server Edition",
+                                 "max_num_batched_tokens": 2048, "model_runner_v2": False,
+                                 "attention_backend": "FLASH_ATTN", "enable_prefix_caching": False})
+    assert abs(result["budget_bytes"]["kv_available"] / 1024 ** 3 - 2.24) < 0.5
+
+
 def test_only_the_first_pipeline_stage_holds_the_embedding_table_a_cold_compile_copies():
     llama = model_profile(LLAMA_31_8B)
     tier = {"name": "bf16", "bits": 16, "present": True, "dtype": "bfloat16", "weights_dir": "/w"}
