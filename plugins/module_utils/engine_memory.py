@@ -1470,6 +1470,13 @@ ENCODER_V2_PROFILED_SINCE = (0, 27, 0)
 QWEN2_VIDEO_MAX_FRAME_PAIRS = 7
 # A modality's per-prompt item limit vLLM takes when --limit-mm-per-prompt leaves it out (config/multimodal.py).
 DEFAULT_MM_LIMIT = 999
+# vLLM 0.11 - 0.12 counted a Qwen3-VL video item at 12.5 tokens a soft token (its "<t seconds>" timestamp text and
+# vision markers; qwen3_vl.py get_max_video_tokens), so the video took the encoder budget whole; 0.13 counts the soft
+# tokens alone. The same releases widened each dummy encoder output to the encoder budget's rows (zeros the outputs
+# are copied into, kept in the encoder cache through the language model's dummy batch: v1/worker/gpu_model_runner.py
+# profile_run, 0.11.0 and 0.12.0; neither 0.10.1 nor 0.13.0 does).
+QWEN3_VIDEO_TEXT_TOKENS = 12.5
+ENCODER_OUTPUTS_WIDENED = ((0, 11, 0), (0, 13, 0))
 
 
 # vLLM builds no multimodal tower, and loads none of its weights, when the engine takes no input the tower encodes:
@@ -1540,9 +1547,25 @@ def encoder_item_tokens(vision, settings):
     unit = (vision["patch_size"] * vision["spatial_merge_size"]) ** 2
     image = vision["image_max_pixels"] // unit
     if vision["family"] == VISION_QWEN3:
-        return {"image": image, "video": vision["video_max_pixels"] // vision["temporal_patch_size"] // unit}
+        video = vision["video_max_pixels"] // vision["temporal_patch_size"] // unit
+        if _widened_outputs(settings):      # 0.11 - 0.12: as many frames as max_model_len holds, and their text
+            video = int(QWEN3_VIDEO_TEXT_TOKENS * min(video, settings["max_model_len"]))
+        return {"image": image, "video": video}
     pairs = min(max(settings["max_model_len"] // max(image, 1), 1), QWEN2_VIDEO_MAX_FRAME_PAIRS)
     return {"image": image, "video": pairs * image}
+
+
+def _widened_outputs(settings):
+    first, last = ENCODER_OUTPUTS_WIDENED
+    return first <= engine_version(settings.get("version")) < last
+
+
+def encoder_embed_tokens(vision, modality, tokens, settings):
+    """The embeddings one item of the dummy batch makes (tokens: encoder_item_tokens', which counted a Qwen3-VL
+    video's timestamp text as well in 0.11 - 0.12)."""
+    if vision["family"] == VISION_QWEN3 and modality == "video" and _widened_outputs(settings):
+        return int(tokens / QWEN3_VIDEO_TEXT_TOKENS)
+    return tokens
 
 
 def encoder_forward_elements(vision, tp, eager):
@@ -1591,10 +1614,13 @@ def encoder_profile_bytes(profile, tp, settings, lm_peak, act_bytes=2):
     batch, v2 = _encoder_run(profile, settings)
     if batch is None:
         return 0
-    _modality, tokens, items = batch
-    patches = items * tokens * vision["spatial_merge_size"] ** 2
+    modality, tokens, items = batch
+    embeds = encoder_embed_tokens(vision, modality, tokens, settings)
+    patches = items * embeds * vision["spatial_merge_size"] ** 2
     forward = patches * encoder_forward_elements(vision, tp, settings.get("enforce_eager")) * act_bytes
-    outputs = items * tokens * vision["out_hidden_size"] * (1 + vision["deepstack_layers"]) * act_bytes
+    # the rows each output keeps: its embeddings, or in 0.11 - 0.12 the encoder budget's (ENCODER_OUTPUTS_WIDENED)
+    rows = max(embeds, settings["max_num_batched_tokens"], tokens) if _widened_outputs(settings) else embeds
+    outputs = items * rows * vision["out_hidden_size"] * (1 + vision["deepstack_layers"]) * act_bytes
     pixels = 0 if v2 else patches * _pixel_elements(vision) * act_bytes
     return int(max(forward - lm_peak, outputs + pixels))
 

@@ -146,12 +146,42 @@ def test_preprocessor_caps_replace_the_stock_ones():
     (QWEN3_VL_30B, {"max_num_batched_tokens": 32768, "max_num_seqs": 1, "max_model_len": 16384}, ("image", 16384, 1)),
     (QWEN3_VL_30B, {"mm_limits": {"image": 0}}, ("video", 12288, 1)),
     (QWEN3_VL_30B, {"mm_limits": {"image": 0, "video": 0}}, None),
+    # 0.11 - 0.12 counted a video's timestamp text too: 12.5 tokens a soft token, as many as max_model_len holds
+    (QWEN3_VL_30B, {"version": "0.12.0"}, ("video", 153600, 1)),
+    (QWEN3_VL_30B, {"version": "0.11.0", "max_model_len": 8192}, ("video", 102400, 1)),
+    (QWEN3_VL_30B, {"version": "0.13.0"}, ("image", 16384, 1)),
     (QWEN3_VL_30B, {"language_model_only": True}, None),
     (QWEN3_VL_30B, {"skip_mm_profiling": True}, None),
     (LLAVA, {}, None),
 ])
 def test_the_dummy_batch_vllm_profiles(config, settings, batch):
     assert engine_memory.encoder_dummy_batch(model_profile(config)["vision"], engine(**settings)) == batch
+
+
+def test_a_public_qwen3_vl_start_whose_profile_held_widened_encoder_outputs():
+    """vLLM 0.12.0, Qwen3-VL-30B-A3B on 2 x H100, 65,536 tokens, 8,192 batched, 256 sequences: "Encoder cache will be
+    initialized with a budget of 153600 tokens, and profiled with 1 video items", and 37.23 GiB of KV cache. The
+    12,288-token video's outputs (with the three deepstack levels) were widened to the budget's 153,600 rows and kept
+    through the language model's batch: 2.34 GiB where their own rows take 0.19."""
+    profile = model_profile(QWEN3_VL_30B)
+    settings = engine(version="0.12.0", max_num_batched_tokens=8192, max_model_len=65536)
+    vision = profile["vision"]
+    assert engine_memory.encoder_embed_tokens(vision, "video", 153600, settings) == 12288
+    assert engine_memory.encoder_embed_tokens(vision, "video", 12288, dict(settings, version="0.13.0")) == 12288
+    widened = engine_memory.encoder_profile_bytes(profile, 2, settings, 0)
+    rows = 153600 * vision["out_hidden_size"] * (1 + vision["deepstack_layers"]) * 2
+    pixels = 12288 * 4 * engine_memory._pixel_elements(vision) * 2
+    assert widened == rows + pixels
+    # an image run that fills its budget is not widened; a budget beyond the image is (what the outputs hold counts
+    # under a language-model peak above the tower's forward)
+    lm_peak = 8 * 1024 ** 3
+
+    def held(**extra):
+        return engine_memory.encoder_profile_bytes(profile, 2, dict(settings, mm_limits={"video": 0}, **extra), lm_peak)
+
+    assert held(max_num_batched_tokens=16384) == held(max_num_batched_tokens=16384, version="0.13.0")
+    assert held(max_num_batched_tokens=20000) - held(max_num_batched_tokens=20000, version="0.13.0") == (
+        (20000 - 16384) * vision["out_hidden_size"] * (1 + vision["deepstack_layers"]) * 2)
 
 
 def test_qwen25_vl_video_forward_and_what_it_adds_to_the_peak():
