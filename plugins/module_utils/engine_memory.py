@@ -1658,17 +1658,22 @@ def cudagraph_counted(profile, settings):
 # exceeds that workspace. Measured on public v0.29 cold starts: 1.14 GiB charged for Qwen3-8B-FP8's 1.16 GiB
 # table, 1.23 GiB for Gemma-4-26B-A4B's 1.375 GiB beside its 0.17 GiB workspace; at 16,384 batched tokens the
 # workspace (1.375 GiB) hides it, and an eager run has none. A boot with a warm compile cache has none: it gets more
-# KV cache than budgeted (the safe side), and a fleet's first boots, each cold, calibrate one another.
+# KV cache than budgeted (the safe side), and a fleet's first boots, each cold, calibrate one another. On model runner
+# V2 it shows earlier: a v0.26 RTX 4080 start of Qwen2.5-7B-AWQ printed 1.04 GiB of peak activation for its 1.02 GiB
+# table, and of two v0.28 RTX 5090 starts of Qwen3-32B-AWQ minutes apart the cold one 1.46 GiB, the warm one 0.33
+# (the 1.45 GiB table); the V1 runner's v0.21 - v0.27 starts show none.
 COLD_COMPILE_CHARGED_SINCE = (0, 29, 0)
+V2_COLD_COMPILE_CHARGED_SINCE = (0, 26, 0)
 
 
 def cold_compile_bytes(profile, tp, settings, act_bytes=2):
     """The input embedding table of one rank while a cold torch.compile benchmarks its kernels, where that is inside
-    the profile's window (COLD_COMPILE_CHARGED_SINCE): a compiled, text-only run (a multimodal run embeds outside the
-    compiled graph) on the first pipeline stage, on a GPU (vLLM turns combo kernels on there only); 0 otherwise."""
+    the profile's window (COLD_COMPILE_CHARGED_SINCE; V2_COLD_COMPILE_CHARGED_SINCE on model runner V2): a compiled,
+    text-only run (a multimodal run embeds outside the compiled graph) on the first pipeline stage, on a GPU (vLLM
+    turns combo kernels on there only); 0 otherwise."""
+    since = V2_COLD_COMPILE_CHARGED_SINCE if runs_model_runner_v2(profile, settings) else COLD_COMPILE_CHARGED_SINCE
     if (settings.get("enforce_eager") or not settings.get("first_pp_stage", True) or settings.get("platform") == "cpu"
-            or engine_version(settings.get("version")) < COLD_COMPILE_CHARGED_SINCE
-            or (profile.get("params") or {}).get("vision")):
+            or engine_version(settings.get("version")) < since or (profile.get("params") or {}).get("vision")):
         return 0
     rows = kv_layout.cdiv(kv_layout.cdiv(profile["vocab_size"], VOCAB_PADDING) * VOCAB_PADDING, tp)
     return rows * profile["hidden_size"] * act_bytes

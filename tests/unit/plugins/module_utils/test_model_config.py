@@ -831,8 +831,11 @@ def test_a_cold_compile_charges_the_embedding_table_it_benchmarks():
     settings = {"version": "0.29.0", "max_num_batched_tokens": 2048, "max_num_seqs": 256}
     assert engine_memory.cold_compile_bytes(llama, 1, settings) == table
     assert engine_memory.cold_compile_bytes(llama, 2, settings) == table // 2          # the vocabulary is split
-    for off in ({"version": "0.28.0"}, {"enforce_eager": True}, {"first_pp_stage": False}):
+    for off in ({"version": "0.28.0", "model_runner_v2": False}, {"version": "0.25.1"}, {"enforce_eager": True},
+                {"first_pp_stage": False}):
         assert engine_memory.cold_compile_bytes(llama, 1, dict(settings, **off)) == 0
+    # model runner V2 (a dense Llama from 0.25) shows it from 0.26
+    assert engine_memory.cold_compile_bytes(llama, 1, dict(settings, version="0.26.0")) == table
     tower = {"depth": 2, "hidden_size": 64, "intermediate_size": 128, "num_heads": 2, "patch_size": 14}
     with_tower = model_profile(dict(LLAMA_31_8B, vision_config=tower))
     assert with_tower["params"]["vision"] and engine_memory.cold_compile_bytes(with_tower, 1, settings) == 0
