@@ -1679,15 +1679,16 @@ def cold_compile_bytes(profile, tp, settings, act_bytes=2):
     return rows * profile["hidden_size"] * act_bytes
 
 
-# From 0.29 the engine measures what the profile leaves behind by the free memory it lost (mem_utils.py
-# memory_profiling: total_consumed, 0.29.0; before, torch's reserved memory was subtracted and only its allocated peak
-# counted), so a segment of the caching allocator that a live block pins stays counted after empty_cache. On the
-# V1 runner the cold compile's copy of the embedding table frees its segment before the dummy sampler pass, which
-# keeps a buffer there: ten public v0.29 MIG starts of Qwen3-8B-FP8 run with VLLM_USE_V2_MODEL_RUNNER=0 print
-# 1.28 GiB of consumed memory beyond the weights against 0.11 - 0.15 on eager v0.29 starts (no compile), with the
-# 1.16 GiB table charged as transient peak as well. Model runner V2's dummy sampler is a greedy argmax that keeps
-# nothing (a v0.29 Gemma-4 start on V2 shows no such segment).
-COMPILE_SEGMENT_COUNTED_SINCE = (0, 29, 0)
+# From 0.27 the engine measures what the profile leaves behind by the free memory it lost (mem_utils.py
+# memory_profiling: total_consumed, read in 0.27.1 and 0.29.0; 0.26.0 subtracted torch's reserved memory and counted
+# only its allocated peak), so a segment of the caching allocator that a live block pins stays counted after
+# empty_cache. On the V1 runner (whose cold compile shows from 0.29, COLD_COMPILE_CHARGED_SINCE) the compile's copy of
+# the embedding table frees its segment before the dummy sampler pass, which keeps a buffer there: ten public v0.29
+# MIG starts of Qwen3-8B-FP8 run with VLLM_USE_V2_MODEL_RUNNER=0 print 1.28 GiB of consumed memory beyond the weights
+# against 0.11 - 0.15 on eager v0.29 starts (no compile), with the 1.16 GiB table charged as transient peak as well.
+# Model runner V2's dummy sampler is a greedy argmax that keeps nothing (a v0.29 Gemma-4 start on V2 shows no such
+# segment; some v0.27 - v0.28 V2 starts print one, a TP 2 start of the same model none: not modelled there).
+COMPILE_SEGMENT_COUNTED_SINCE = (0, 27, 0)
 
 
 def compile_segment_kept_bytes(profile, settings, table):
