@@ -876,10 +876,13 @@ def test_a_forced_v1_runner_keeps_the_cold_compile_segment():
     table = 151936 * 4096 * 2
     settings = {"version": "0.29.0", "max_num_batched_tokens": 2048, "max_num_seqs": 256}
     v1 = dict(settings, model_runner_v2=False)
-    assert engine_memory.compile_segment_kept_bytes(qwen3_8b, v1, table) == table
-    for off in (settings, dict(v1, version="0.28.0"), dict(v1, last_pp_stage=False)):
-        assert engine_memory.compile_segment_kept_bytes(qwen3_8b, off, table) == 0
-    assert engine_memory.compile_segment_kept_bytes(qwen3_8b, dict(v1, enforce_eager=True), 0) == 0
+    def kept(run):
+        return engine_memory.compile_segment_kept_bytes(qwen3_8b, run, engine_memory.cold_compile_bytes(qwen3_8b, 1, run))
+
+    assert kept(v1) == table
+    # V2's sampler keeps nothing there; V1's cold compile shows from 0.29; no sampler on an earlier stage; no compile
+    for off in (settings, dict(v1, version="0.28.0"), dict(v1, last_pp_stage=False), dict(v1, enforce_eager=True)):
+        assert kept(off) == 0
     lines = engine_memory.overhead(qwen3_8b, 1, v1)
     assert lines["cold_compile"] == table - lines["activation_peak"] + table
     tier = {"name": "fp8", "bits": 8, "present": True, "dtype": "bfloat16", "weights_dir": "/w",
