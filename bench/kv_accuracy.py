@@ -158,7 +158,7 @@ def engine_of(case, settings, entries=None):
         engine["moe_backend"] = settings["moe_backend"]
     # where the run set them, or its log or install says
     for knob in ("flashinfer_sampler", "max_cudagraph_capture_size", "async_scheduling", "enable_prefix_caching",
-                 "mamba_ssm_cache_dtype", "nvlink"):
+                 "mamba_ssm_cache_dtype", "nvlink", "compile_cache_warm"):
         if settings.get(knob) is not None:
             engine[knob] = settings[knob]
     if settings.get("speculative"):

@@ -466,7 +466,7 @@ def config_settings(config, version=None):
 # Settings of a further config that move the engine's overhead (not only its KV layout): the calibration key names them.
 OVERHEAD_CONFIG_SETTINGS = ("async_scheduling", "max_cudagraph_capture_size", "num_speculative_tokens",
                             "speculative_method", "mm_limits", "language_model_only", "skip_mm_profiling",
-                            "attention_backend", "unmodelled_config", "environment")
+                            "attention_backend", "unmodelled_config", "environment", "compile_cache_warm")
 
 
 def overhead_config_key(settings, profile=None):
@@ -1670,10 +1670,12 @@ def cold_compile_bytes(profile, tp, settings, act_bytes=2):
     """The input embedding table of one rank while a cold torch.compile benchmarks its kernels, where that is inside
     the profile's window (COLD_COMPILE_CHARGED_SINCE; V2_COLD_COMPILE_CHARGED_SINCE on model runner V2): a compiled,
     text-only run (a multimodal run embeds outside the compiled graph) on the first pipeline stage, on a GPU (vLLM
-    turns combo kernels on there only); 0 otherwise."""
+    turns combo kernels on there only); 0 otherwise, and 0 where the compile cache is known warm (compile_cache_warm:
+    the engine then loads its compiled graphs, "Directly load AOT compilation", and compiles nothing)."""
     since = V2_COLD_COMPILE_CHARGED_SINCE if runs_model_runner_v2(profile, settings) else COLD_COMPILE_CHARGED_SINCE
-    if (settings.get("enforce_eager") or not settings.get("first_pp_stage", True) or settings.get("platform") == "cpu"
-            or engine_version(settings.get("version")) < since or (profile.get("params") or {}).get("vision")):
+    if (settings.get("enforce_eager") or settings.get("compile_cache_warm") or not settings.get("first_pp_stage", True)
+            or settings.get("platform") == "cpu" or engine_version(settings.get("version")) < since
+            or (profile.get("params") or {}).get("vision")):
         return 0
     rows = kv_layout.cdiv(kv_layout.cdiv(profile["vocab_size"], VOCAB_PADDING) * VOCAB_PADDING, tp)
     return rows * profile["hidden_size"] * act_bytes

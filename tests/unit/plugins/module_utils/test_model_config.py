@@ -836,6 +836,9 @@ def test_a_cold_compile_charges_the_embedding_table_it_benchmarks():
         assert engine_memory.cold_compile_bytes(llama, 1, dict(settings, **off)) == 0
     # model runner V2 (a dense Llama from 0.25) shows it from 0.26
     assert engine_memory.cold_compile_bytes(llama, 1, dict(settings, version="0.26.0")) == table
+    # an engine that loads its compiled graphs from a warm cache compiles nothing (a v0.30 T4 start printed so)
+    assert engine_memory.cold_compile_bytes(llama, 1, dict(settings, compile_cache_warm=True)) == 0
+    assert "compile_cache_warm=True" in engine_memory.overhead_config_key(dict(settings, compile_cache_warm=True))
     tower = {"depth": 2, "hidden_size": 64, "intermediate_size": 128, "num_heads": 2, "patch_size": 14}
     with_tower = model_profile(dict(LLAMA_31_8B, vision_config=tower))
     assert with_tower["params"]["vision"] and engine_memory.cold_compile_bytes(with_tower, 1, settings) == 0
