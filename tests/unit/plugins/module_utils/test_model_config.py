@@ -879,6 +879,7 @@ def test_a_forced_v1_runner_keeps_the_cold_compile_segment():
     table = 151936 * 4096 * 2
     settings = {"version": "0.29.0", "max_num_batched_tokens": 2048, "max_num_seqs": 256}
     v1 = dict(settings, model_runner_v2=False)
+
     def kept(run):
         return engine_memory.compile_segment_kept_bytes(qwen3_8b, run, engine_memory.cold_compile_bytes(qwen3_8b, 1, run))
 
