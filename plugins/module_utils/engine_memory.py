@@ -735,8 +735,7 @@ def in_flight_tokens(profile, settings, pp=1):
     return batches * tokens
 
 
-def sampler_bytes(profile, tokens, rows, version=None, act_bytes=2, tp=1, flashinfer_sampler=None, drafter=None,
-                  v2=None):
+def sampler_bytes(profile, tokens, rows, version=None, act_bytes=2, tp=1, flashinfer_sampler=None, v2=None):
     """The sampler phase: fp32 logits, probabilities and top-k/top-p buffers over the full vocabulary
     (vocab-parallel logits are gathered on every rank), with the forward's hidden states alive. The
     logits come out in the model's dtype first, so an fp32 model holds 2 more bytes per element.
@@ -744,11 +743,11 @@ def sampler_bytes(profile, tokens, rows, version=None, act_bytes=2, tp=1, flashi
     no probabilities, vllm/v1/worker/gpu/model_runner.py _dummy_sampler_run, 0.29 - 0.32), so its phase
     holds the logits alone, gathered over tp ranks (2 + 1/tp copies while the all-gather runs); from
     V2_SAMPLER_WARMUP_SINCE a second pass with warm-up sampling parameters holds the fp32 pipeline again.
-    flashinfer_sampler: see sorting_sampler; drafter: the speculative method (its runner); v2: the runner where the
-    caller knows it (runs_model_runner_v2)."""
+    flashinfer_sampler: see sorting_sampler; v2: the model runner (runs_model_runner_v2), else the version's
+    default for the model."""
     hidden_states = tokens * profile["hidden_size"] * act_bytes
     if v2 is None:
-        v2 = model_runner_v2(version, profile, drafter)
+        v2 = model_runner_v2(version, profile)
     if v2 and engine_version(version) < V2_SAMPLER_WARMUP_SINCE:
         copies = 1 if tp <= 1 else 2 + 1.0 / tp
         return int(hidden_states + copies * act_bytes * rows * profile["vocab_size"])
@@ -799,10 +798,10 @@ def flashinfer_sampler(version, environment=None, flashinfer_installed=None):
 
 # The engine's environment variables that change what it counts, each read by the releases between its bounds
 # (vllm/envs.py; None: no bound): VLLM_USE_V1 chose the engine while both were built and V1 was the default (from
-# V1_DEFAULT_SINCE; 0.11 removed V0; the 0.7 opt-in V1 engine is not modelled), VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS whether the CUDA-graph
-# estimate is deducted before the KV cache (vLLM PR #30515: opt-in in envs.py from 0.18.0, not in 0.17.0; default
-# from CUDAGRAPH_COUNTED_SINCE), VLLM_USE_V2_MODEL_RUNNER which model runner runs (envs.py from 0.12.0, not in
-# 0.11.0; only V2 from MODEL_RUNNER_V1_REMOVED_SINCE).
+# V1_DEFAULT_SINCE; 0.11 removed V0; the 0.7 opt-in V1 engine is not modelled), VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS
+# whether the CUDA-graph estimate is deducted before the KV cache (vLLM PR #30515: opt-in in envs.py from 0.18.0, not
+# in 0.17.0; default from CUDAGRAPH_COUNTED_SINCE), VLLM_USE_V2_MODEL_RUNNER which model runner runs (envs.py from
+# 0.12.0, not in 0.11.0; only V2 from MODEL_RUNNER_V1_REMOVED_SINCE).
 # Each maps to the budget setting it decides; VLLM_USE_V1 says the opposite of v0_engine.
 ENVIRONMENT_SETTINGS = {
     "VLLM_USE_V1": ("v0_engine", V1_DEFAULT_SINCE, (0, 11, 0)),
@@ -836,18 +835,18 @@ def _integer(value):
         return None
 
 
-def sampler_state_bytes(profile, max_num_seqs, version=None, drafter=None, v2=None):
+def sampler_state_bytes(profile, max_num_seqs, version=None, v2=None):
     """Model runner V2's per-request sampling state, allocated at load and kept (penalties' output_bin_counts
     int32 [seqs, vocab], prompt_bin_mask and the structured-output grammar_bitmask, one bit each: 4.25 bytes
     a (seq x vocab) element; sample/penalties.py and structured_outputs.py, 0.29 - 0.30); 0 on the V1 runner.
-    v2: the runner where the caller knows it (runs_model_runner_v2)."""
-    if not (model_runner_v2(version, profile, drafter) if v2 is None else v2):
+    v2: the model runner (runs_model_runner_v2), else the version's default for the model."""
+    if not (model_runner_v2(version, profile) if v2 is None else v2):
         return 0
     return int(4.25 * max_num_seqs * profile["vocab_size"])
 
 
 def profile_run_phases(profile, tp, max_num_batched_tokens, max_num_seqs, version=None, act_bytes=2,
-                       sampler=True, flashinfer_sampler=None, drafter=None, v2=None):
+                       sampler=True, flashinfer_sampler=None, v2=None):
     """The profile run's two torch peaks above what stays allocated, in bytes: (the forward's, the sampler
     phase's) over max_num_seqs dummy requests; the sampler's is 0 without a sampler.
 
@@ -860,7 +859,7 @@ def profile_run_phases(profile, tp, max_num_batched_tokens, max_num_seqs, versio
     if not sampler:
         return forward, 0
     return forward, sampler_bytes(profile, max_num_batched_tokens, rows, version, act_bytes, tp, flashinfer_sampler,
-                                  drafter, v2)
+                                  v2)
 
 
 def speculative_method(settings):
@@ -1728,7 +1727,7 @@ def overhead(profile, tp, settings):
     v2 = runs_model_runner_v2(profile, settings)
     table = cold_compile_bytes(profile, tp, settings, act)
     forward, sampler = profile_run_phases(profile, tp, tokens, seqs, settings.get("version"), act, last_stage,
-                                          settings.get("flashinfer_sampler"), drafter, v2)
+                                          settings.get("flashinfer_sampler"), v2)
     kept, per_call = moe_workspace_parts(profile, tp, settings, act)
     peak, experts = _profile_peak(forward, sampler, kept, per_call)
     # speculative decoding: the drafter's phase (the target's output held through its forward, on the last stage,
@@ -1741,7 +1740,7 @@ def overhead(profile, tp, settings):
         speculative += drafter_buffer_bytes(profile, settings, act)
     lines = {
         "activation_peak": peak,
-        "sampler_state": sampler_state_bytes(profile, seqs, settings.get("version"), drafter, v2) if last_stage else 0,
+        "sampler_state": sampler_state_bytes(profile, seqs, settings.get("version"), v2) if last_stage else 0,
         "moe_workspace": experts,
         # the compile's peak counts only by what it exceeds the profile's own peaks (the drafter's phase included) and
         # the workspace kept after it; its segment, where a later buffer keeps it, counts whole
