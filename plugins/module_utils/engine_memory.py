@@ -264,6 +264,12 @@ def engine_version(text):
     return parse_version(text) or UNKNOWN_VERSION_TAKEN_FOR
 
 
+def in_releases(version, first, last=None):
+    """Whether an engine version is in [first, last); last None: no upper bound."""
+    ver = engine_version(version)
+    return ver >= first and (last is None or ver < last)
+
+
 def parse_version(text):
     """(major, minor, patch) of an engine version string such as 0.11.0rc2 or 0.10.1.1; None when unknown."""
     return _parse_version(str(text or ""))
@@ -816,12 +822,11 @@ def environment_settings(version, environment):
     the variable (ENVIRONMENT_SETTINGS; vLLM reads each as an integer, non-zero for on), and the variables taken as
     "NAME=value", sorted, for the calibration key. A variable outside its releases, or not an integer, is left out:
     the engine ignores the one and fails on the other at its own start."""
-    ver = engine_version(version)
     settings, honoured = {}, []
     for name in sorted(ENVIRONMENT_SETTINGS):
         setting, first, last = ENVIRONMENT_SETTINGS[name]
         value = _integer((environment or {}).get(name))
-        if value is None or ver < first or (last is not None and ver >= last):
+        if value is None or not in_releases(version, first, last):
             continue
         settings[setting] = (value == 0) if name in INVERTED_ENVIRONMENT else (value != 0)
         honoured.append("%s=%d" % (name, value))
@@ -1227,9 +1232,8 @@ DEVICE_WIDE_NON_TORCH = ((0, 8, 0), (0, 9, 1))
 def device_wide_bytes(settings):
     """The CUDA context's share that the V1 engines measuring non-torch memory device-wide count
     (DEVICE_WIDE_NON_TORCH); their V0 engine took its baseline after the context (worker.py, 0.8.5)."""
-    first, last = DEVICE_WIDE_NON_TORCH
-    version = engine_version(settings.get("version"))
-    return ENGINE_STARTUP_BYTES if first <= version < last and not settings.get("v0_engine") else 0
+    counted = in_releases(settings.get("version"), *DEVICE_WIDE_NON_TORCH) and not settings.get("v0_engine")
+    return ENGINE_STARTUP_BYTES if counted else 0
 
 
 # GPUs whose memory is the host's (nvml's list, as the facts spell a capability): cudaMemGetInfo, which vLLM's
@@ -1555,8 +1559,7 @@ def encoder_item_tokens(vision, settings):
 
 
 def _widened_outputs(settings):
-    first, last = ENCODER_OUTPUTS_WIDENED
-    return first <= engine_version(settings.get("version")) < last
+    return in_releases(settings.get("version"), *ENCODER_OUTPUTS_WIDENED)
 
 
 def encoder_embed_tokens(vision, modality, tokens, settings):
