@@ -520,6 +520,10 @@ def validate_request(profile, tiers, gpus, gpu_memory_utilization, kv_cache_dtyp
         _require(numbers and total > 0 and 0 <= free <= total,
                  "GPU %s: memory figures are not usable (total %r, free %r)"
                  % (gpu.get("index", "?"), gpu.get("total"), gpu.get("free")))
+        others = gpu.get("other_processes")
+        _require(others is None or (isinstance(others, (int, float)) and not isinstance(others, bool)
+                                    and 0 <= others <= total),
+                 "GPU %s: other processes' memory %r is not a byte count within the total" % (gpu.get("index", "?"), others))
 
 
 def resolve_engine(engine, gpus, desired_utilization, max_num_seqs):
@@ -559,7 +563,8 @@ def plan(profile, tiers, gpus, gpu_memory_utilization=None, kv_cache_dtype="auto
     profile: the model profile read from config.json (model_config.model_profile).
     tiers: dicts with name, present (weight files intact), bits (else the tier's), measured_bytes
     (checkpoint total) or weight_bytes_per_rank, dtype, quantization, weights_dir, reason.
-    gpus: dicts with index, total, free (bytes; free already counts our own engine's memory).
+    gpus: dicts with index, total, free (bytes; free already counts our own engine's memory), and optionally
+    other_processes (bytes other processes hold on it: engines that measure device-wide count them).
     engine: version, platform (cuda|cpu), gpu_name, nvlink (the GPUs' NVLink state, None: by the name),
     max_num_batched_tokens, enforce_eager, flashinfer_sampler (engine_memory.sorting_sampler),
     kv_cache_memory_bytes, runtime_overhead_gib (a flat override), model_id and calibration_entries
@@ -603,6 +608,7 @@ def plan(profile, tiers, gpus, gpu_memory_utilization=None, kv_cache_dtype="auto
     check_tensor_parallel(profile, tp, len(gpus) // pp)
     used = gpus[:tp * pp]
     util, util_reason = effective_utilization(used, gpu_memory_utilization)
+    engine["other_processes_bytes"] = max(int(g.get("other_processes") or 0) for g in used)
 
     offered = sorted((dict(t, bits=t.get("bits") or TIER_BITS[t["name"]]) for t in tiers), key=lambda t: -t["bits"])
     present = [t for t in offered if t.get("present")]

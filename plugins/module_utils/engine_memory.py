@@ -187,11 +187,18 @@ LARGEST_BATCH_TIER_SINCE = (0, 28, 0)
 # The V1 engine, the default from 0.8.0, took its batch defaults by the device (arg_utils.py _set_default_args_v1,
 # 0.8.5: >= 70 GiB 8192 tokens / 1024 seqs for the API server, A100s among them; from 0.9.0 A100s take the small
 # tier). The V0 engine before it sized its batch by max_model_len: max(max_model_len, 2048) tokens without chunked
-# prefill, which it turned on by itself for a context above 32K on a GPU (no sliding window, speculation or vision),
-# and then 512 tokens (config.py SchedulerConfig, 0.5.3 and 0.6.3) or 2048 (0.7.3); 256 seqs.
+# prefill, which it turned on by itself from V0_AUTO_CHUNKED_SINCE for a context above 32K on a GPU (no sliding
+# window or speculation; engine/arg_utils.py create_engine_config, absent in 0.5.2), and then 512 tokens (config.py
+# SchedulerConfig, 0.5.3 and 0.6.3) or 2048 (0.7.3); 256 seqs. The exclusions moved: prefix caching kept it off until
+# 0.6.1 (0.5.3 - 0.6.0), a multimodal model from 0.6.1 (0.5.x and 0.6.0 chunk it too), a model with mamba layers
+# from 0.5.4 (read in 0.5.3, 0.5.4, 0.5.5, 0.6.0, 0.6.1.post2, 0.6.2, 0.6.3, 0.7.3).
 V1_DEFAULT_SINCE = (0, 8, 0)
 A100_SMALL_TIER_SINCE = (0, 9, 0)
 V0_LONG_CONTEXT = 32768
+V0_AUTO_CHUNKED_SINCE = (0, 5, 3)
+V0_PREFIX_CACHING_CHUNKED_SINCE = (0, 6, 1)
+V0_MULTIMODAL_UNCHUNKED_SINCE = (0, 6, 1)
+V0_MAMBA_UNCHUNKED_SINCE = (0, 5, 4)
 V0_CHUNKED_TOKENS_2048_SINCE = (0, 7, 0)
 # The largest batch captured in a CUDA graph by default: min(2 x max_num_seqs, this), 1024 on SM100 (B200 / B300)
 # from SM100_CAPTURE_SIZE_SINCE (vllm/config/vllm.py _set_cudagraph_sizes, 0.28.0; 512 everywhere in 0.27.0).
@@ -342,11 +349,22 @@ def engine_defaults(version, gpu_name, gpu_total_bytes, v0_engine=None):
 def v0_batched_tokens(version, max_model_len, profile, settings):
     """The V0 engine's default max_num_batched_tokens (V1_DEFAULT_SINCE): max(max_model_len, 2048), or with the
     chunked prefill it turns on by itself for a long context 512 tokens (2048 from 0.7)."""
-    chunked = (max_model_len > V0_LONG_CONTEXT and not profile.get("sliding_window") and not profile.get("vision")
-               and not speculative_method(settings) and settings.get("platform", "cuda") != "cpu")
-    if not chunked:
+    if not v0_chunks_by_itself(version, max_model_len, profile, settings):
         return max(max_model_len, 2048)
     return 2048 if engine_version(version) >= V0_CHUNKED_TOKENS_2048_SINCE else 512
+
+
+def v0_chunks_by_itself(version, max_model_len, profile, settings):
+    """Whether the V0 engine turns chunked prefill on for this long context on a GPU (V0_AUTO_CHUNKED_SINCE, and the
+    releases of its exclusions)."""
+    ver = engine_version(version)
+    if (max_model_len <= V0_LONG_CONTEXT or ver < V0_AUTO_CHUNKED_SINCE or settings.get("platform", "cuda") == "cpu"
+            or profile.get("sliding_window") or speculative_method(settings)):
+        return False
+    excluded = ((settings.get("enable_prefix_caching") and ver < V0_PREFIX_CACHING_CHUNKED_SINCE)
+                or (profile.get("vision") and ver >= V0_MULTIMODAL_UNCHUNKED_SINCE)
+                or (profile.get("linear_state") and ver >= V0_MAMBA_UNCHUNKED_SINCE))
+    return not excluded
 
 
 # Hybrid (mamba / linear-attention) models. Prefix caching is on by default from 0.28 (EngineArgs
@@ -1215,25 +1233,46 @@ def non_torch_bytes(profile, tp, settings):
     """Buffers outside the forward that the profile run leaves behind: runtime workspaces, the
     NCCL / all-reduce buffers first touched there when tp > 1 (engines since about 0.11 take the
     baseline after NCCL's init, so its lazy buffers land here), on a unified-memory GPU the process's
-    host growth, and on the first V1 engines the process's CUDA context (device_wide_bytes)."""
+    host growth, and where the engine measured device-wide the process's CUDA context and the other processes' memory
+    (device_wide_bytes); none before NON_TORCH_COUNTED_SINCE."""
+    if engine_version(settings.get("version")) < NON_TORCH_COUNTED_SINCE:
+        return 0
     return int(runtime_bytes(settings.get("version")) + tensor_parallel_bytes(
         tp, settings.get("version"), settings.get("gpu_name"), settings.get("nvlink"))
         + unified_memory_bytes(settings.get("gpu_name")) + device_wide_bytes(settings))
 
 
-# The V1 engine of 0.8.0 - 0.9.0 took its non-torch memory device-wide after the profile run (gpu_worker.py
-# determine_available_memory: total - free - torch's allocated bytes), so the process's CUDA context and
-# runtime, held before any snapshot, counted against the KV cache too; 0.9.1 moved to the memory snapshots (taken
-# after the context) that later engines keep. The amount is the startup holding the corpus's single-GPU H100 logs
-# print (ENGINE_STARTUP_BYTES; what NCCL adds under tensor parallelism is the tensor-parallel term's).
-DEVICE_WIDE_NON_TORCH = ((0, 8, 0), (0, 9, 1))
+# Engines that measured what the profile left device-wide, so the process's CUDA context (held before any
+# snapshot) and every other process's memory on the GPU counted against the KV cache: the V0 engine of 0.2.5 - 0.3.0
+# (worker.py profile_num_available_blocks: peak = total - free; 0.3.1 took it from the free memory at init) and of
+# 0.6.4 (determine_num_available_blocks: non-torch = total - free - torch's allocated bytes; 0.6.5 moved to
+# memory_profiling, vLLM PR #10511), and the V1 engine of 0.8.0 - 0.9.0 (gpu_worker.py determine_available_memory,
+# the same subtraction; 0.9.1 moved to the memory snapshots taken after the context). The context is the startup
+# holding the corpus's single-GPU H100 logs print (ENGINE_STARTUP_BYTES; what NCCL adds under tensor parallelism is
+# the tensor-parallel term's); the other processes' memory is what the GPU's facts report (other_processes_bytes).
+# The V0 engine of 0.8 - 0.10 took its baseline after the context (worker.py, 0.8.5).
+DEVICE_WIDE_V0 = (((0, 2, 5), (0, 3, 1)), ((0, 6, 4), (0, 6, 5)))
+DEVICE_WIDE_V1 = ((0, 8, 0), (0, 9, 1))
+# Before this version the V0 engine took torch's allocated peak alone (worker.py, torch.cuda.max_memory_allocated,
+# 0.1.7 - 0.2.4): no non-torch memory counted.
+NON_TORCH_COUNTED_SINCE = (0, 2, 5)
+
+
+def measured_device_wide(settings):
+    """Whether the engine counts the whole device's memory against the KV cache (DEVICE_WIDE_V0, DEVICE_WIDE_V1)."""
+    version = settings.get("version")
+    v0_engine = settings.get("v0_engine")
+    if v0_engine or v0_engine is None and engine_version(version) < V1_DEFAULT_SINCE:
+        return any(in_releases(version, *window) for window in DEVICE_WIDE_V0)
+    return in_releases(version, *DEVICE_WIDE_V1)
 
 
 def device_wide_bytes(settings):
-    """The CUDA context's share that the V1 engines measuring non-torch memory device-wide count
-    (DEVICE_WIDE_NON_TORCH); their V0 engine took its baseline after the context (worker.py, 0.8.5)."""
-    counted = in_releases(settings.get("version"), *DEVICE_WIDE_NON_TORCH) and not settings.get("v0_engine")
-    return ENGINE_STARTUP_BYTES if counted else 0
+    """What the engines measuring device-wide count beyond their own buffers: the CUDA context and the other
+    processes' memory on the GPU (settings other_processes_bytes: the most any rank's GPU holds)."""
+    if not measured_device_wide(settings):
+        return 0
+    return ENGINE_STARTUP_BYTES + int(settings.get("other_processes_bytes") or 0)
 
 
 # GPUs whose memory is the host's (nvml's list, as the facts spell a capability): cudaMemGetInfo, which vLLM's

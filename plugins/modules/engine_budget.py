@@ -63,7 +63,9 @@ options:
     description:
       - The host's GPUs, as in C(ansible_facts.hy3_gpus.devices). Each needs C(memory_total) and
         C(memory_free) in bytes; C(memory_free_for_engine) (free plus what our own running engine holds) is
-        used instead of C(memory_free) when present.
+        used instead of C(memory_free) when present. C(other_processes_memory), where present, is what other
+        processes hold on the GPU, which the engines that measure memory device-wide (vLLM 0.2.5 - 0.3.0, 0.6.4,
+        0.8.0 - 0.9.0) count against their KV cache.
     type: list
     elements: dict
     required: true
@@ -555,11 +557,13 @@ def nvlink_connected(gpus):
 
 
 def gpu_memory(device):
-    """(total, free) bytes of one GPU from nvml_facts; free counts our engine's memory as reclaimable."""
+    """(total, free) bytes of one GPU from nvml_facts, free counting our engine's memory as reclaimable, and what other
+    processes hold on it (engines that measure device-wide count it)."""
     free = device.get("memory_free_for_engine")
     if free is None:
         free = device.get("memory_free")
-    return {"index": device.get("index"), "total": device.get("memory_total"), "free": free}
+    return {"index": device.get("index"), "total": device.get("memory_total"), "free": free,
+            "other_processes": device.get("other_processes_memory")}
 
 
 def inspect_tiers(tiers, tp, overrides, load_mtp, mtp_drafts=False):

@@ -12,7 +12,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 import kv_accuracy  # noqa: E402
 
 CASES = kv_accuracy.load_cases(kv_accuracy.CASES)
-PRINTED = ("model_loading_gib", "available_kv_cache_gib", "gpu_kv_cache_tokens", "max_concurrency")
+PRINTED = ("model_loading_gib", "available_kv_cache_gib", "gpu_kv_cache_tokens", "gpu_blocks", "max_concurrency")
 
 
 def test_the_corpus_is_big_and_varied_enough():

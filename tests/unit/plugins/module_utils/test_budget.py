@@ -330,7 +330,7 @@ def test_engine_defaults_follow_the_gpu(version, gpu, total_gib, batched, seqs):
 @pytest.mark.parametrize("version, max_model_len, profile, batched", [
     ("0.6.3", 8192, TINY, 8192), ("0.6.3", 1024, TINY, 2048),            # max(max_model_len, 2048)
     ("0.6.3", 65536, TINY, 512), ("0.7.3", 65536, TINY, 2048),           # chunked prefill past 32K
-    ("0.5.3", 32768, TINY, 32768),
+    ("0.5.3", 32768, TINY, 32768), ("0.5.2", 65536, TINY, 65536),        # chunking by itself from 0.5.3
     ("0.6.3", 65536, dict(TINY, sliding_window=4096), 65536),            # no chunking with a sliding window
 ])
 def test_the_v0_engine_sizes_its_batch_by_max_model_len(version, max_model_len, profile, batched):
@@ -343,6 +343,21 @@ def test_the_v0_engine_sizes_its_batch_by_max_model_len(version, max_model_len, 
     set_by_user = plan(profile, [tier("bf16")], gpus(1, 80), max_model_len=max_model_len, max_num_seqs=8,
                        engine={"version": version, "max_num_batched_tokens": 4096})
     assert set_by_user["engine"]["max_num_batched_tokens"] == 4096
+
+
+@pytest.mark.parametrize("version, profile, settings, chunked", [
+    ("0.6.0", TINY, {"enable_prefix_caching": True}, False),    # prefix caching kept chunking off until 0.6.1
+    ("0.6.1", TINY, {"enable_prefix_caching": True}, True),
+    ("0.6.0", dict(TINY, vision={"model_type": "siglip"}), {}, True),    # a multimodal model is left out from 0.6.1
+    ("0.6.1", dict(TINY, vision={"model_type": "siglip"}), {}, False),
+    ("0.5.3", dict(TINY, linear_state={"kind": "mamba1"}), {}, True),    # and a mamba model from 0.5.4
+    ("0.5.4", dict(TINY, linear_state={"kind": "mamba1"}), {}, False),
+    ("0.6.3", TINY, {"platform": "cpu"}, False),
+])
+def test_the_v0_engine_s_own_chunking_follows_its_release_s_exclusions(version, profile, settings, chunked):
+    """vllm/engine/arg_utils.py create_engine_config of 0.5.3 - 0.6.3: the long-context chunking and what keeps it off."""
+    assert engine_memory.v0_chunks_by_itself(version, 65536, profile, settings) is chunked
+    assert engine_memory.v0_batched_tokens(version, 65536, profile, settings) == (512 if chunked else 65536)
 
 
 def test_after_calibration_a_like_host_is_predicted_within_one_percent():
@@ -923,6 +938,47 @@ def test_the_first_v1_engines_count_the_cuda_context(version, context):
     expected = base + (engine_memory.ENGINE_STARTUP_BYTES if context else 0)
     assert engine_memory.non_torch_bytes(TINY, 1, {"version": version}) == expected
     assert engine_memory.non_torch_bytes(TINY, 1, {"version": version, "v0_engine": True}) == base
+
+
+@pytest.mark.parametrize("version, device_wide", [("0.2.5", True), ("0.3.0", True), ("0.3.1", False), ("0.6.3", False),
+                                                  ("0.6.4", True), ("0.6.4.post1", True), ("0.6.5", False)])
+def test_the_v0_engines_measuring_device_wide_count_the_context_and_the_other_processes(version, device_wide):
+    """V0's worker.py: 0.2.5 - 0.3.0 took peak = total - free, 0.3.1 - 0.6.3 the free memory lost since init, 0.6.4
+    non-torch = total - free - torch's allocated bytes (vLLM PR #10511 moved 0.6.5 to memory_profiling)."""
+    base = engine_memory.runtime_bytes(version)
+    others = 3 * GIB
+    expected = int(base + (engine_memory.ENGINE_STARTUP_BYTES + others if device_wide else 0))
+    assert engine_memory.non_torch_bytes(TINY, 1, {"version": version, "other_processes_bytes": others}) == expected
+
+
+def test_the_first_v1_engines_count_the_other_processes_too():
+    settings = {"version": "0.8.5", "other_processes_bytes": 2 * GIB}
+    assert engine_memory.non_torch_bytes(TINY, 1, settings) == engine_memory.non_torch_bytes(
+        TINY, 1, {"version": "0.10.0"}) + engine_memory.ENGINE_STARTUP_BYTES + 2 * GIB
+    assert engine_memory.non_torch_bytes(TINY, 1, dict(settings, version="0.9.1")) == \
+        engine_memory.non_torch_bytes(TINY, 1, {"version": "0.9.1"})
+
+
+def test_engines_before_0_2_5_count_torch_s_allocated_peak_alone():
+    """worker.py 0.1.7 - 0.2.4: peak = torch.cuda.max_memory_allocated(), no non-torch memory."""
+    assert engine_memory.non_torch_bytes(TINY, 2, {"version": "0.2.4", "other_processes_bytes": GIB}) == 0
+    assert engine_memory.non_torch_bytes(TINY, 1, {"version": "0.2.5"}) > 0
+
+
+def test_another_process_on_the_gpu_shrinks_the_cache_of_an_engine_that_measures_device_wide():
+    busy = [dict(g, free=g["free"] - 3 * GIB, other_processes=3 * GIB) for g in gpus(1, 80)]
+    for version, shrinks in (("0.6.4", True), ("0.6.5", False), ("0.19.0", False)):
+        engine = {"version": version, "gpu_name": "NVIDIA H100 80GB HBM3"}
+        idle = plan(TINY, [tier("bf16")], gpus(1, 80), max_model_len=8192, max_num_seqs=8, engine=engine)
+        loaded = plan(TINY, [tier("bf16")], busy, max_model_len=8192, max_num_seqs=8, engine=engine)
+        lost = idle["budget_bytes"]["kv_available"] - loaded["budget_bytes"]["kv_available"]
+        assert lost == (3 * GIB if shrinks else 0)
+
+
+def test_other_processes_memory_must_be_a_byte_count():
+    for bad in (-1, "3 GiB", True, 100 * GIB):
+        with pytest.raises(budget.BudgetInputError, match="other processes' memory"):
+            plan(TINY, [tier("bf16")], [dict(gpus(1, 80)[0], other_processes=bad)], max_model_len=8192)
 
 
 def test_a_v0_engine_where_v1_was_the_default_takes_v0_s_batch():

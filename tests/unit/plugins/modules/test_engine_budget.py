@@ -187,6 +187,22 @@ def test_nvml_link_state_decides_the_tensor_parallel_buffers(tmp_path):
     assert unknown["budget_bytes"]["non_torch"] == nvlink["budget_bytes"]["non_torch"]      # the name says SXM
 
 
+def test_other_processes_on_the_gpu_reach_an_engine_that_measures_device_wide(tmp_path):
+    """nvml_facts' other_processes_memory: a v0.6.4 engine counts it against its KV cache, a v0.19 one does not."""
+    bf16 = sample_checkpoints.write(tmp_path / "bf16")
+    tiers = [{"name": "bf16", "weights_dir": bf16}]
+
+    def kv(version, others_gib):
+        gpus = devices(2, 80, 80 - others_gib, name="NVIDIA H100 80GB HBM3",
+                       other_processes_memory=int(others_gib * GIB))
+        result = run_module(engine_budget.main, args(tiers, gpus=gpus, engine_version=version,
+                                                     gpu_memory_utilization=0.5)).result
+        return result["budget_bytes"]["kv_available"]
+
+    assert kv("0.6.4", 0) - kv("0.6.4", 2) == 2 * GIB
+    assert kv("0.19.0", 0) == kv("0.19.0", 2)
+
+
 def test_the_host_decides_the_sampler_of_an_early_engine(tmp_path):
     """v0.10.1 without flashinfer-python sorts the full logits in its profile run (38.4 B an element instead of
     FlashInfer's 14.9), and so does a host that does not say (the larger amount); installed, FlashInfer's sampler
