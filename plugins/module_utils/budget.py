@@ -316,7 +316,10 @@ def overhead_lines(ctx, state, last_stage=True, first_stage=None):
     # never calibrate a node group.
     entry = calibration.lookup(engine.get("calibration_entries"), calibration_fields(ctx, state)) if ctx["pp"] == 1 else None
     if entry:
-        return {"calibrated": entry["overhead_bytes"], "total": entry["overhead_bytes"]}, OVERHEAD_CALIBRATED, entry
+        # recorded net of the measuring host's other processes; this host's count again where the engine counts them
+        others = engine_memory.other_processes_bytes(state_settings(engine, state))
+        return ({"calibrated": entry["overhead_bytes"], "other_processes": others,
+                 "total": entry["overhead_bytes"] + others}, OVERHEAD_CALIBRATED, entry)
     if engine.get("runtime_overhead_gib") is not None:
         flat = int(engine["runtime_overhead_gib"] * GIB)
         return {"runtime_overhead": flat, "total": flat}, OVERHEAD_OVERRIDE, None
@@ -426,6 +429,7 @@ def evaluate_stage(state, ctx, share, overhead):
         "encoder_profile": lines.get("encoder_profile"),
         "non_torch": lines.get("non_torch"),
         "cudagraph": lines.get("cudagraph"),
+        "other_processes": lines.get("other_processes"),
         "warmup_margin": margin,
         "overhead": lines["total"],
         "overhead_source": source,

@@ -162,9 +162,11 @@ def measure(engine_lines, budget_table):
                       note="the engine log has no KV cache memory lines (older engine or truncated log); "
                            "the budget's model stays in use")
         return record
-    # Net of the margin vLLM 0.34's extensible KV cache kept where the budget said it would bind: that margin
-    # depends on the measuring host's free memory, and the budget applies it again host by host.
-    overhead = budget_table["engine_request"] - budget_table["weights"] - kv_bytes - (budget_table.get("warmup_margin") or 0)
+    # Net of what depends on the measuring host's own GPUs, which the budget applies again host by host: the margin
+    # vLLM 0.34's extensible KV cache kept where the budget said it would bind, and the other processes' memory an
+    # engine measuring device-wide counted.
+    host_bound = (budget_table.get("warmup_margin") or 0) + (budget_table.get("other_processes") or 0)
+    overhead = budget_table["engine_request"] - budget_table["weights"] - kv_bytes - host_bound
     record.update(status=MEASURED, overhead_bytes=int(overhead), overhead_gib=round(overhead / GIB, 2),
                   note="the engine took %.2f GiB beyond the budget's weights (the model said %.2f GiB)"
                        % (overhead / GIB, budget_table["overhead"] / GIB))

@@ -1233,8 +1233,8 @@ def non_torch_bytes(profile, tp, settings):
     """Buffers outside the forward that the profile run leaves behind: runtime workspaces, the
     NCCL / all-reduce buffers first touched there when tp > 1 (engines since about 0.11 take the
     baseline after NCCL's init, so its lazy buffers land here), on a unified-memory GPU the process's
-    host growth, and where the engine measured device-wide the process's CUDA context and the other processes' memory
-    (device_wide_bytes); none before NON_TORCH_COUNTED_SINCE."""
+    host growth, and where the engine measured device-wide the process's CUDA context (device_wide_bytes; the other
+    processes' memory is a line of its own, other_processes_bytes); none before NON_TORCH_COUNTED_SINCE."""
     if engine_version(settings.get("version")) < NON_TORCH_COUNTED_SINCE:
         return 0
     return int(runtime_bytes(settings.get("version")) + tensor_parallel_bytes(
@@ -1249,7 +1249,8 @@ def non_torch_bytes(profile, tp, settings):
 # memory_profiling, vLLM PR #10511), and the V1 engine of 0.8.0 - 0.9.0 (gpu_worker.py determine_available_memory,
 # the same subtraction; 0.9.1 moved to the memory snapshots taken after the context). The context is the startup
 # holding the corpus's single-GPU H100 logs print (ENGINE_STARTUP_BYTES; what NCCL adds under tensor parallelism is
-# the tensor-parallel term's); the other processes' memory is what the GPU's facts report (other_processes_bytes).
+# the tensor-parallel term's); the other processes' memory is what the GPU's facts report (other_processes_bytes, a
+# line of its own: calibration records the overhead net of it, as it differs host by host).
 # The V0 engine of 0.8 - 0.10 took its baseline after the context (worker.py, 0.8.5).
 DEVICE_WIDE_V0 = (((0, 2, 5), (0, 3, 1)), ((0, 6, 4), (0, 6, 5)))
 DEVICE_WIDE_V1 = ((0, 8, 0), (0, 9, 1))
@@ -1268,11 +1269,14 @@ def measured_device_wide(settings):
 
 
 def device_wide_bytes(settings):
-    """What the engines measuring device-wide count beyond their own buffers: the CUDA context and the other
-    processes' memory on the GPU (settings other_processes_bytes: the most any rank's GPU holds)."""
-    if not measured_device_wide(settings):
-        return 0
-    return ENGINE_STARTUP_BYTES + int(settings.get("other_processes_bytes") or 0)
+    """The CUDA context, which the engines measuring device-wide count as their own non-torch memory."""
+    return ENGINE_STARTUP_BYTES if measured_device_wide(settings) else 0
+
+
+def other_processes_bytes(settings):
+    """What other processes hold on the GPU (settings other_processes_bytes: the most any rank's GPU holds), where the
+    engine measures device-wide and so counts it against the KV cache; 0 elsewhere."""
+    return int(settings.get("other_processes_bytes") or 0) if measured_device_wide(settings) else 0
 
 
 # GPUs whose memory is the host's (nvml's list, as the facts spell a capability): cudaMemGetInfo, which vLLM's
@@ -1791,6 +1795,7 @@ def overhead(profile, tp, settings):
         "encoder_profile": encoder_profile_bytes(profile, tp, settings, peak + experts, act),
         "non_torch": non_torch_bytes(profile, tp, settings),
         "cudagraph": graphs,
+        "other_processes": other_processes_bytes(settings),
     }
     lines["total"] = sum(lines.values())
     return lines

@@ -416,7 +416,8 @@ budget_gib:
       weights_measured, weights, activation_peak, sampler_state, moe_workspace, cold_compile (from v0.29 what a
       cold torch.compile's benchmark copies of the embedding table add to the profile's peak), speculative (what a speculative
       drafter adds - its phase of the profile run, the rejection sampler's, and its input buffers where the engine
-      counts them), encoder_profile (what a multimodal model's vision tower adds to the profile run's peak), non_torch, cudagraph, overhead (their sum, or
+      counts them), encoder_profile (what a multimodal model's vision tower adds to the profile run's peak), non_torch, cudagraph,
+      other_processes (other processes' memory on the GPU, where the engine measures device-wide and counts it), overhead (their sum, or
       the calibrated or overridden amount), warmup_margin (what vLLM 0.34's extensible KV cache keeps free beyond
       them, 0 where the requested budget binds first), kv_available, kv_one_request, kv_needed, headroom.
     - Also overhead_source (V(model), V(calibrated), V(override), V(explicit_kv)), calibrated_by (host and time

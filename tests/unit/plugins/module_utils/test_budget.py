@@ -941,22 +941,19 @@ def test_the_first_v1_engines_count_the_cuda_context(version, context):
 
 
 @pytest.mark.parametrize("version, device_wide", [("0.2.5", True), ("0.3.0", True), ("0.3.1", False), ("0.6.3", False),
-                                                  ("0.6.4", True), ("0.6.4.post1", True), ("0.6.5", False)])
-def test_the_v0_engines_measuring_device_wide_count_the_context_and_the_other_processes(version, device_wide):
+                                                  ("0.6.4", True), ("0.6.4.post1", True), ("0.6.5", False),
+                                                  ("0.8.5", True), ("0.9.1", False)])
+def test_the_engines_measuring_device_wide_count_the_context_and_the_other_processes(version, device_wide):
     """V0's worker.py: 0.2.5 - 0.3.0 took peak = total - free, 0.3.1 - 0.6.3 the free memory lost since init, 0.6.4
-    non-torch = total - free - torch's allocated bytes (vLLM PR #10511 moved 0.6.5 to memory_profiling)."""
-    base = engine_memory.runtime_bytes(version)
+    non-torch = total - free - torch's allocated bytes (vLLM PR #10511 moved 0.6.5 to memory_profiling); V1's
+    gpu_worker.py the same subtraction in 0.8.0 - 0.9.0. Other processes' memory is a line of its own."""
     others = 3 * GIB
-    expected = int(base + (engine_memory.ENGINE_STARTUP_BYTES + others if device_wide else 0))
-    assert engine_memory.non_torch_bytes(TINY, 1, {"version": version, "other_processes_bytes": others}) == expected
-
-
-def test_the_first_v1_engines_count_the_other_processes_too():
-    settings = {"version": "0.8.5", "other_processes_bytes": 2 * GIB}
-    assert engine_memory.non_torch_bytes(TINY, 1, settings) == engine_memory.non_torch_bytes(
-        TINY, 1, {"version": "0.10.0"}) + engine_memory.ENGINE_STARTUP_BYTES + 2 * GIB
-    assert engine_memory.non_torch_bytes(TINY, 1, dict(settings, version="0.9.1")) == \
-        engine_memory.non_torch_bytes(TINY, 1, {"version": "0.9.1"})
+    settings = {"version": version, "other_processes_bytes": others, "max_num_batched_tokens": 2048, "max_num_seqs": 8}
+    lines = engine_memory.overhead(TINY, 1, settings)
+    context = engine_memory.ENGINE_STARTUP_BYTES if device_wide else 0
+    assert lines["non_torch"] == int(engine_memory.runtime_bytes(version) + context)
+    assert lines["other_processes"] == (others if device_wide else 0)
+    assert lines["total"] == sum(v for k, v in lines.items() if k != "total")
 
 
 def test_engines_before_0_2_5_count_torch_s_allocated_peak_alone():
@@ -972,7 +969,30 @@ def test_another_process_on_the_gpu_shrinks_the_cache_of_an_engine_that_measures
         idle = plan(TINY, [tier("bf16")], gpus(1, 80), max_model_len=8192, max_num_seqs=8, engine=engine)
         loaded = plan(TINY, [tier("bf16")], busy, max_model_len=8192, max_num_seqs=8, engine=engine)
         lost = idle["budget_bytes"]["kv_available"] - loaded["budget_bytes"]["kv_available"]
-        assert lost == (3 * GIB if shrinks else 0)
+        assert lost == loaded["budget_bytes"]["other_processes"] == (3 * GIB if shrinks else 0)
+
+
+def test_calibration_is_recorded_net_of_the_other_processes_and_applied_with_this_host_s():
+    """A v0.6.4 engine measured on a host where another process held 3 GiB lends its overhead to an idle host; the
+    idle host's prediction must not carry the 3 GiB, and a busy host's must carry its own 1 GiB."""
+    engine = {"version": "0.6.4", "gpu_name": "NVIDIA H100 80GB HBM3", "model_id": "tiny"}
+    common = dict(max_model_len=8192, max_num_seqs=8, gpu_memory_utilization=0.5)
+
+    def host(others_gib, entries=None):
+        gpus_ = [dict(g, free=g["free"] - int(others_gib * GIB), other_processes=int(others_gib * GIB))
+                 for g in gpus(1, 80)]
+        return plan(TINY, [tier("bf16")], gpus_, engine=dict(engine, calibration_entries=entries), **common)
+
+    measured_host = host(3)
+    table = measured_host["budget_bytes"]
+    engine_kv = table["kv_available"] - GIB        # the engine kept 1 GiB more than modelled
+    measured = calibration.measure({"kv_cache_gib": engine_kv / GIB}, table)
+    store = calibration.record_entry(calibration.empty_store(), measured_host["calibration_fields"], measured,
+                                     "gpu-a", None)[0]
+    idle, busy = host(0, store["entries"])["budget_bytes"], host(1, store["entries"])["budget_bytes"]
+    assert idle["overhead_source"] == busy["overhead_source"] == "calibrated"
+    assert abs(idle["kv_available"] - (engine_kv + 3 * GIB)) < 0.011 * GIB
+    assert abs(busy["kv_available"] - (engine_kv + 2 * GIB)) < 0.011 * GIB
 
 
 def test_other_processes_memory_must_be_a_byte_count():
