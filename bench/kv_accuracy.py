@@ -270,12 +270,16 @@ def score(case, result):
         error = predicted_gib - engine_gib
         row["error_gib"] = round(error, 2)
         row["within"] = abs(error) <= max(WITHIN_FRACTION * abs(engine_gib), WITHIN_GIB)
-    elif row["engine_tokens"] and row["predicted_tokens"]:
+    elif row["engine_tokens"] and row["predicted_tokens"] is not None:
         # Tokens alone printed (a V0 engine's blocks, or no "Available KV cache memory" line): the same rule, the
-        # GiB the token difference holds at the predicted cache's bytes per token.
-        error = (row["predicted_tokens"] - row["engine_tokens"]) / float(row["engine_tokens"])
+        # GiB the token difference holds in the predicted cache (by its bytes per token where it predicts none).
+        difference = row["predicted_tokens"] - row["engine_tokens"]
+        error = difference / float(row["engine_tokens"])
         row["error_fraction"] = round(error, 3)
-        held_gib = predicted_gib * (row["predicted_tokens"] - row["engine_tokens"]) / float(row["predicted_tokens"])
+        if row["predicted_tokens"]:
+            held_gib = predicted_gib * difference / float(row["predicted_tokens"])
+        else:
+            held_gib = difference * (table.get("kv_bytes_per_token") or 0) / GIB
         row["within"] = abs(error) <= WITHIN_FRACTION or abs(held_gib) <= WITHIN_GIB
     row["verdict_right"] = row["predicted_starts"] == row["engine_started"]
     return row

@@ -290,17 +290,27 @@ def effective_utilization(gpus, desired):
                   % (tightest.get("index", "?"), tightest["free"] / GIB, tightest["total"] / GIB, desired, util))
 
 
+def utilization_bounds(gpus, engine):
+    """The GPUs as the utilization must fit them: an engine that measures device-wide counts the other processes'
+    memory inside its own requested budget (and starts whatever is free: the free-memory check came with 0.9.1), so
+    for it that memory is not taken twice."""
+    if not engine_memory.measured_device_wide(engine):
+        return gpus
+    return [dict(g, free=min(g["total"], g["free"] + int(g.get("other_processes") or 0))) for g in gpus]
+
+
 def calibration_fields(ctx, state):
     """The calibration key of one setting: what fixes the engine's overhead."""
     engine = ctx["engine"]
+    settings = state_settings(engine, state, ctx["profile"])
     return {
         "gpu_name": engine.get("gpu_name"), "engine_version": engine.get("version"),
         "model": engine.get("model_id") or ctx["profile"].get("architecture"),
         "quantization": state["tier"]["name"], "tensor_parallel_size": ctx["tp"],
-        "max_num_batched_tokens": engine["max_num_batched_tokens"], "max_num_seqs": state["max_num_seqs"],
+        "max_num_batched_tokens": settings["max_num_batched_tokens"], "max_num_seqs": state["max_num_seqs"],
         "enforce_eager": bool(engine.get("enforce_eager")), "kv_cache_dtype": ctx["kv_cache_dtype"],
         "dtype": state["tier"].get("dtype") or "bfloat16",
-        "engine_config": engine_memory.overhead_config_key(state_settings(engine, state), ctx["profile"]),
+        "engine_config": engine_memory.overhead_config_key(settings, ctx["profile"]),
     }
 
 
@@ -312,27 +322,34 @@ def overhead_lines(ctx, state, last_stage=True, first_stage=None):
     engine = ctx["engine"]
     if engine.get("kv_cache_memory_bytes"):
         return {"total": 0}, OVERHEAD_EXPLICIT_KV, None
+    # What other processes hold, where the engine counts it, is this host's on every path: a calibrated overhead is
+    # recorded net of the measuring host's, and a flat one is the engine's own.
+    others = engine_memory.other_processes_bytes(state_settings(engine, state))
     # A pipeline stage's overhead is not a whole engine's: the store's entries (keyed without the stages)
     # never calibrate a node group.
     entry = calibration.lookup(engine.get("calibration_entries"), calibration_fields(ctx, state)) if ctx["pp"] == 1 else None
     if entry:
-        # recorded net of the measuring host's other processes; this host's count again where the engine counts them
-        others = engine_memory.other_processes_bytes(state_settings(engine, state))
         return ({"calibrated": entry["overhead_bytes"], "other_processes": others,
                  "total": entry["overhead_bytes"] + others}, OVERHEAD_CALIBRATED, entry)
     if engine.get("runtime_overhead_gib") is not None:
         flat = int(engine["runtime_overhead_gib"] * GIB)
-        return {"runtime_overhead": flat, "total": flat}, OVERHEAD_OVERRIDE, None
+        return {"runtime_overhead": flat, "other_processes": others, "total": flat + others}, OVERHEAD_OVERRIDE, None
     # Activations in the model's dtype: an fp32 model holds twice the bytes (and fp32 logits from the start).
     act_bytes = DTYPE_BYTES.get(state["tier"].get("dtype") or "bfloat16", 2)
-    settings = state_settings(engine, state, last_pp_stage=last_stage, act_bytes=act_bytes,
+    settings = state_settings(engine, state, ctx["profile"], last_pp_stage=last_stage, act_bytes=act_bytes,
                               first_pp_stage=ctx["pp"] == 1 if first_stage is None else first_stage)
     return engine_memory.overhead(ctx["profile"], ctx["tp"], settings), OVERHEAD_MODEL, None
 
 
-def state_settings(engine, state, **extra):
-    """The engine's settings at one retreat state: its max_num_seqs and max_model_len over the engine's own."""
-    return dict(engine, max_num_seqs=state["max_num_seqs"], max_model_len=state["max_model_len"], **extra)
+def state_settings(engine, state, profile=None, **extra):
+    """The engine's settings at one retreat state: its max_num_seqs and max_model_len over the engine's own, and
+    (profile given) the batch a V0 engine sizes by itself for that max_model_len: a retreat across 32K turns its own
+    chunked prefill off (engine_memory.v0_batched_tokens)."""
+    settings = dict(engine, max_num_seqs=state["max_num_seqs"], max_model_len=state["max_model_len"], **extra)
+    if profile is not None and engine.get("v0_engine") and engine.get("max_num_batched_tokens_source") == "engine default":
+        settings["max_num_batched_tokens"] = engine_memory.v0_batched_tokens(engine.get("version"),
+                                                                             state["max_model_len"], profile, engine)
+    return settings
 
 
 def evaluate(state, ctx):
@@ -601,7 +618,7 @@ def plan(profile, tiers, gpus, gpu_memory_utilization=None, kv_cache_dtype="auto
              "need 1 <= min_max_num_seqs (%s) <= max_num_seqs (%s)" % (min_max_num_seqs, max_num_seqs))
 
     if engine.get("v0_engine") and engine["max_num_batched_tokens_source"] == "engine default":
-        # the V0 engine's batch follows max_model_len: the requested one (a retreat keeps it, the larger overhead)
+        # the V0 engine's batch follows max_model_len: the requested one here, each retreat state's in state_settings
         engine["max_num_batched_tokens"] = engine_memory.v0_batched_tokens(engine.get("version"), max_model_len,
                                                                            profile, engine)
     requested_kv_dtype = kv_cache_dtype
@@ -611,8 +628,8 @@ def plan(profile, tiers, gpus, gpu_memory_utilization=None, kv_cache_dtype="auto
     check_pipeline_parallel(profile, pp, tp, len(gpus))
     check_tensor_parallel(profile, tp, len(gpus) // pp)
     used = gpus[:tp * pp]
-    util, util_reason = effective_utilization(used, gpu_memory_utilization)
     engine["other_processes_bytes"] = max(int(g.get("other_processes") or 0) for g in used)
+    util, util_reason = effective_utilization(utilization_bounds(used, engine), gpu_memory_utilization)
 
     offered = sorted((dict(t, bits=t.get("bits") or TIER_BITS[t["name"]]) for t in tiers), key=lambda t: -t["bits"])
     present = [t for t in offered if t.get("present")]
@@ -784,6 +801,7 @@ def _verdicts(table, max_num_seqs):
 def _fitted(result, state, table):
     tier = state["tier"]
     result["calibration_fields"] = calibration_fields(result.pop("_ctx"), state)
+    result["engine"]["max_num_batched_tokens"] = result["calibration_fields"]["max_num_batched_tokens"]
     steps = len(result["ladder"]) - 1
     result.update(_verdicts(table, state["max_num_seqs"]))
     result.update({

@@ -187,19 +187,23 @@ LARGEST_BATCH_TIER_SINCE = (0, 28, 0)
 # The V1 engine, the default from 0.8.0, took its batch defaults by the device (arg_utils.py _set_default_args_v1,
 # 0.8.5: >= 70 GiB 8192 tokens / 1024 seqs for the API server, A100s among them; from 0.9.0 A100s take the small
 # tier). The V0 engine before it sized its batch by max_model_len: max(max_model_len, 2048) tokens without chunked
-# prefill, which it turned on by itself from V0_AUTO_CHUNKED_SINCE for a context above 32K on a GPU (no sliding
-# window or speculation; engine/arg_utils.py create_engine_config, absent in 0.5.2), and then 512 tokens (config.py
-# SchedulerConfig, 0.5.3 and 0.6.3) or 2048 (0.7.3); 256 seqs. The exclusions moved: prefix caching kept it off until
-# 0.6.1 (0.5.3 - 0.6.0), a multimodal model from 0.6.1 (0.5.x and 0.6.0 chunk it too), a model with mamba layers
-# from 0.5.4 (read in 0.5.3, 0.5.4, 0.5.5, 0.6.0, 0.6.1.post2, 0.6.2, 0.6.3, 0.7.3).
+# prefill, which it turned on by itself from V0_AUTO_CHUNKED_SINCE for a context above 32K on a GPU (engine/arg_utils.py
+# create_engine_config, absent in 0.5.2), and then 512 tokens (config.py SchedulerConfig, 0.5.3 - 0.6.4) or 2048 (from
+# 0.6.5); 256 seqs. Left out of it throughout: a model whose config sets a sliding window (get_sliding_window), a
+# speculative engine, LoRA (the collection configures none); the other exclusions moved: prefix caching until 0.6.1,
+# a model with mamba layers in 0.5.4 - 0.6.2 (Jamba's layers_block_type), a multimodal model from 0.6.1, MLA from 0.8.0
+# (read in the wheels 0.5.2 - 0.6.5, 0.7.3, 0.8.0, 0.8.5). From 0.6.0 a multimodal model's batch is at least the
+# multimodal floor: 4096 tokens, 5120 from 0.6.3 (config.py _MULTIMODAL_MODEL_MAX_NUM_BATCHED_TOKENS).
 V1_DEFAULT_SINCE = (0, 8, 0)
 A100_SMALL_TIER_SINCE = (0, 9, 0)
 V0_LONG_CONTEXT = 32768
 V0_AUTO_CHUNKED_SINCE = (0, 5, 3)
 V0_PREFIX_CACHING_CHUNKED_SINCE = (0, 6, 1)
 V0_MULTIMODAL_UNCHUNKED_SINCE = (0, 6, 1)
-V0_MAMBA_UNCHUNKED_SINCE = (0, 5, 4)
-V0_CHUNKED_TOKENS_2048_SINCE = (0, 7, 0)
+V0_MAMBA_UNCHUNKED = ((0, 5, 4), (0, 6, 3))
+V0_MLA_UNCHUNKED_SINCE = (0, 8, 0)
+V0_CHUNKED_TOKENS_2048_SINCE = (0, 6, 5)
+V0_MULTIMODAL_FLOOR = (((0, 6, 0), 4096), ((0, 6, 3), 5120))
 # The largest batch captured in a CUDA graph by default: min(2 x max_num_seqs, this), 1024 on SM100 (B200 / B300)
 # from SM100_CAPTURE_SIZE_SINCE (vllm/config/vllm.py _set_cudagraph_sizes, 0.28.0; 512 everywhere in 0.27.0).
 MAX_CUDAGRAPH_CAPTURE_SIZE = 512
@@ -348,22 +352,29 @@ def engine_defaults(version, gpu_name, gpu_total_bytes, v0_engine=None):
 
 def v0_batched_tokens(version, max_model_len, profile, settings):
     """The V0 engine's default max_num_batched_tokens (V1_DEFAULT_SINCE): max(max_model_len, 2048), or with the
-    chunked prefill it turns on by itself for a long context 512 tokens (2048 from 0.7)."""
-    if not v0_chunks_by_itself(version, max_model_len, profile, settings):
-        return max(max_model_len, 2048)
-    return 2048 if engine_version(version) >= V0_CHUNKED_TOKENS_2048_SINCE else 512
+    chunked prefill it turns on by itself for a long context 512 tokens (2048 from 0.6.5); a multimodal model's at
+    least its release's floor (V0_MULTIMODAL_FLOOR)."""
+    ver = engine_version(version)
+    if v0_chunks_by_itself(version, max_model_len, profile, settings):
+        tokens = 2048 if ver >= V0_CHUNKED_TOKENS_2048_SINCE else 512
+    else:
+        tokens = max(max_model_len, 2048)
+    floors = [floor for since, floor in V0_MULTIMODAL_FLOOR if ver >= since] if profile.get("vision") else []
+    return max([tokens] + floors)
 
 
 def v0_chunks_by_itself(version, max_model_len, profile, settings):
     """Whether the V0 engine turns chunked prefill on for this long context on a GPU (V0_AUTO_CHUNKED_SINCE, and the
     releases of its exclusions)."""
     ver = engine_version(version)
+    window = profile.get("config_sliding_window", profile.get("sliding_window"))
     if (max_model_len <= V0_LONG_CONTEXT or ver < V0_AUTO_CHUNKED_SINCE or settings.get("platform", "cuda") == "cpu"
-            or profile.get("sliding_window") or speculative_method(settings)):
+            or window or speculative_method(settings)):
         return False
     excluded = ((settings.get("enable_prefix_caching") and ver < V0_PREFIX_CACHING_CHUNKED_SINCE)
                 or (profile.get("vision") and ver >= V0_MULTIMODAL_UNCHUNKED_SINCE)
-                or (profile.get("linear_state") and ver >= V0_MAMBA_UNCHUNKED_SINCE))
+                or (profile.get("linear_state") and in_releases(version, *V0_MAMBA_UNCHUNKED))
+                or (profile.get("mla") and ver >= V0_MLA_UNCHUNKED_SINCE))
     return not excluded
 
 

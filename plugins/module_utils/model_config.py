@@ -238,6 +238,8 @@ def _model_profile(config, source):
                                      or reader.config.get("quantization_config")),
     }
     profile["layer_types"], profile["sliding_window"] = _layer_types(reader, layers)
+    # the window the config sets, whether or not the budget slides any layer by it (vLLM's get_sliding_window)
+    profile["config_sliding_window"] = _config_sliding_window(reader.config)
     if blocks:
         profile["layer_types"] = blocks["layer_types"]
         profile["mlp_sizes"] = blocks["mlp_sizes"]
@@ -531,10 +533,15 @@ def _sparse_indexer(cfg, layers):
             "layers": layers}
 
 
+def _config_sliding_window(cfg):
+    """The sliding window the config sets: None where use_sliding_window says no (Qwen2), as vLLM reads it."""
+    return cfg.get("sliding_window") if cfg.get("use_sliding_window", True) is not False else None
+
+
 def _layer_types(reader, layers):
     """One kind per layer, and the sliding window size (None without sliding layers)."""
     cfg = reader.config
-    window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) is not False else None
+    window = _config_sliding_window(cfg)
     spelled = cfg.get("layer_types") or cfg.get("layers_block_type")
     pattern = cfg.get("hybrid_override_pattern")          # Nemotron-H: "M-M*..." ('-' is an MLP-only layer)
     swa_flags = cfg.get("hybrid_layer_pattern")           # MiMo-V2: 1 a sliding-window layer, 0 a full one

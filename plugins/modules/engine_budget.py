@@ -64,8 +64,10 @@ options:
       - The host's GPUs, as in C(ansible_facts.hy3_gpus.devices). Each needs C(memory_total) and
         C(memory_free) in bytes; C(memory_free_for_engine) (free plus what our own running engine holds) is
         used instead of C(memory_free) when present. C(other_processes_memory), where present, is what other
-        processes hold on the GPU, which the engines that measure memory device-wide (vLLM 0.2.5 - 0.3.0, 0.6.4,
-        0.8.0 - 0.9.0) count against their KV cache.
+        processes hold on the GPU, which the engines that measure memory device-wide (the V0 engine of vLLM
+        0.2.5 - 0.3.0 and 0.6.4, the V1 engine of 0.8.0 - 0.9.0) count against their KV cache; NVML lists only
+        the processes it can see (another container's may be missing), so on those engines the budget can be
+        short by what it does not list.
     type: list
     elements: dict
     required: true

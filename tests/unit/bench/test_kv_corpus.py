@@ -111,3 +111,18 @@ def test_a_v0_engine_s_blocks_give_its_tokens():
     assert kv_accuracy.engine_tokens(case) == case["engine_reported"]["num_gpu_blocks"] * 16
     v1 = dict(case, engine_version="0.10.2", log_excerpt="")
     assert kv_accuracy.engine_tokens(v1) is None       # a V1 engine's blocks span its groups: not tokens
+
+
+def test_a_token_only_case_is_within_at_five_percent_or_half_a_gib_of_its_tokens():
+    """The issue's rule for a case that prints tokens alone: 5% of its tokens, or the GiB the difference holds."""
+    case = {"id": "t", "engine_reported": {"gpu_kv_cache_tokens": 100000}, "settings": {}}
+
+    def row(predicted_tokens, predicted_gib, per_token=131072):
+        table = {"kv_available": int(predicted_gib * kv_accuracy.GIB), "kv_cache_tokens": predicted_tokens,
+                 "kv_bytes_per_token": per_token}
+        return kv_accuracy.score(case, {"budget_bytes": table, "starts": True})
+
+    assert row(104000, 12.7)["within"]                    # 4% over
+    assert row(110000, 2.2)["within"]                     # 10% over, 0.2 GiB of a small cache
+    assert not row(110000, 13.4)["within"]                # 10% over, 1.2 GiB
+    assert not row(0, 0.0)["within"]                      # no cache predicted: scored, a miss (12.2 GiB held)

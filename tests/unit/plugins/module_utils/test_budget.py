@@ -345,19 +345,69 @@ def test_the_v0_engine_sizes_its_batch_by_max_model_len(version, max_model_len, 
     assert set_by_user["engine"]["max_num_batched_tokens"] == 4096
 
 
-@pytest.mark.parametrize("version, profile, settings, chunked", [
-    ("0.6.0", TINY, {"enable_prefix_caching": True}, False),    # prefix caching kept chunking off until 0.6.1
-    ("0.6.1", TINY, {"enable_prefix_caching": True}, True),
-    ("0.6.0", dict(TINY, vision={"model_type": "siglip"}), {}, True),    # a multimodal model is left out from 0.6.1
-    ("0.6.1", dict(TINY, vision={"model_type": "siglip"}), {}, False),
-    ("0.5.3", dict(TINY, linear_state={"kind": "mamba1"}), {}, True),    # and a mamba model from 0.5.4
-    ("0.5.4", dict(TINY, linear_state={"kind": "mamba1"}), {}, False),
-    ("0.6.3", TINY, {"platform": "cpu"}, False),
+@pytest.mark.parametrize("version, profile, settings, chunked, batched", [
+    ("0.6.0", TINY, {"enable_prefix_caching": True}, False, 65536),    # prefix caching kept chunking off until 0.6.1
+    ("0.6.1", TINY, {"enable_prefix_caching": True}, True, 512),
+    ("0.6.0", dict(TINY, vision={"model_type": "siglip"}), {}, True, 4096),   # multimodal: left out from 0.6.1, and
+    ("0.6.1", dict(TINY, vision={"model_type": "siglip"}), {}, False, 65536),  # its batch floored from 0.6.0
+    ("0.5.3", dict(TINY, linear_state={"kind": "mamba1"}), {}, True, 512),     # a mamba model in 0.5.4 - 0.6.2
+    ("0.5.4", dict(TINY, linear_state={"kind": "mamba1"}), {}, False, 65536),
+    ("0.6.3", dict(TINY, linear_state={"kind": "mamba1"}), {}, True, 512),
+    ("0.7.3", dict(TINY, mla={"kv_lora_rank": 512}), {}, True, 2048),         # MLA from 0.8.0
+    ("0.8.5", dict(TINY, mla={"kv_lora_rank": 512}), {}, False, 65536),
+    ("0.6.3", dict(TINY, config_sliding_window=262144), {}, False, 65536),    # any window the config sets
+    ("0.6.3", TINY, {"platform": "cpu"}, False, 65536),
+    ("0.6.4", TINY, {}, True, 512), ("0.6.5", TINY, {}, True, 2048),         # 2048 chunked tokens from 0.6.5
 ])
-def test_the_v0_engine_s_own_chunking_follows_its_release_s_exclusions(version, profile, settings, chunked):
-    """vllm/engine/arg_utils.py create_engine_config of 0.5.3 - 0.6.3: the long-context chunking and what keeps it off."""
+def test_the_v0_engine_s_own_chunking_follows_its_release_s_exclusions(version, profile, settings, chunked, batched):
+    """vllm/engine/arg_utils.py create_engine_config and config.py SchedulerConfig of 0.5.3 - 0.8.5: the long-context
+    chunking, what keeps it off, and the batch it gives."""
     assert engine_memory.v0_chunks_by_itself(version, 65536, profile, settings) is chunked
-    assert engine_memory.v0_batched_tokens(version, 65536, profile, settings) == (512 if chunked else 65536)
+    assert engine_memory.v0_batched_tokens(version, 65536, profile, settings) == batched
+
+
+def test_a_v0_retreat_below_32k_budgets_the_batch_the_engine_then_sizes_by_itself():
+    """At 65536 the 0.6.3 engine chunks (512 tokens); retreated to a shorter context it does not, and profiles
+    max_model_len tokens: the budget, the calibration key and the result say that batch."""
+    profile = dict(TINY, max_position_embeddings=65536)
+    result = plan(profile, [tier("bf16")], gpus(1, 3), max_model_len=65536, min_max_model_len=4096, max_num_seqs=64,
+                  min_max_num_seqs=64, engine={"version": "0.6.3"})
+    assert result["status"] == "retreated" and result["max_model_len"] < 32768
+    assert result["engine"]["max_num_batched_tokens"] == result["max_model_len"]
+    assert result["calibration_fields"]["max_num_batched_tokens"] == result["max_model_len"]
+    chunked = plan(profile, [tier("bf16")], gpus(1, 6), max_model_len=65536, min_max_model_len=4096, max_num_seqs=64,
+                   min_max_num_seqs=64, engine={"version": "0.6.3"})
+    assert chunked["max_model_len"] > 32768 and chunked["engine"]["max_num_batched_tokens"] == 512
+
+
+def test_a_device_wide_engine_s_utilization_is_not_lowered_for_the_memory_it_counts_itself():
+    """0.6.4 counts the other processes inside its requested budget and starts whatever is free, so a GPU with 10 GiB
+    held by another process keeps utilization 0.9 and loses exactly those 10 GiB of cache; 0.6.5 sizes by its own
+    growth, so the utilization must come down to fit the free memory."""
+    busy = [dict(g, free=g["free"] - 10 * GIB, other_processes=10 * GIB) for g in gpus(1, 80)]
+    for version, lowered in (("0.6.4", False), ("0.6.5", True)):
+        engine = {"version": version, "gpu_name": "NVIDIA H100 80GB HBM3"}
+        idle = plan(TINY, [tier("bf16")], gpus(1, 80), max_model_len=8192, max_num_seqs=8, engine=engine)
+        loaded = plan(TINY, [tier("bf16")], busy, max_model_len=8192, max_num_seqs=8, engine=engine)
+        assert (loaded["gpu_memory_utilization"] < 0.9) is lowered
+        if not lowered:
+            assert idle["budget_bytes"]["kv_available"] - loaded["budget_bytes"]["kv_available"] == 10 * GIB
+
+
+def test_a_flat_overhead_on_a_device_wide_engine_adds_the_other_processes_and_is_learnt_net_of_them():
+    engine = {"version": "0.6.4", "gpu_name": "NVIDIA H100 80GB HBM3", "runtime_overhead_gib": 2.0}
+    busy = [dict(g, free=g["free"] - 3 * GIB, other_processes=3 * GIB) for g in gpus(1, 80)]
+    table = plan(TINY, [tier("bf16")], busy, max_model_len=8192, max_num_seqs=8, engine=engine)["budget_bytes"]
+    assert (table["overhead_source"], table["overhead"], table["other_processes"]) == ("override", 5 * GIB, 3 * GIB)
+    measured = calibration.measure({"kv_cache_gib": table["kv_available"] / GIB - 1}, table)
+    assert abs(measured["overhead_bytes"] - 3 * GIB) < 0.011 * GIB      # the engine's own 2 + 1 GiB, not the 3 GiB
+
+
+def test_a_v0_multimodal_model_s_batch_is_at_least_its_release_s_floor():
+    vision = dict(TINY, vision={"model_type": "siglip"})
+    assert [engine_memory.v0_batched_tokens(v, 2048, vision, {}) for v in ("0.5.5", "0.6.0", "0.6.3", "0.7.3")] == \
+        [2048, 4096, 5120, 5120]
+    assert engine_memory.v0_batched_tokens("0.6.3", 8192, vision, {}) == 8192
 
 
 def test_after_calibration_a_like_host_is_predicted_within_one_percent():
