@@ -126,3 +126,42 @@ def test_a_token_only_case_is_within_at_five_percent_or_half_a_gib_of_its_tokens
     assert row(110000, 2.2)["within"]                     # 10% over, 0.2 GiB of a small cache
     assert not row(110000, 13.4)["within"]                # 10% over, 1.2 GiB
     assert not row(0, 0.0)["within"]                      # no cache predicted: scored, a miss (12.2 GiB held)
+
+
+RECORDS = kv_accuracy.load_cases(os.path.join(ROOT, "bench", "kv_corpus", "records"))
+
+
+def test_the_parsed_records_are_scored_apart_and_well_formed():
+    assert len(RECORDS) >= 100
+    for case in RECORDS:
+        assert os.path.basename(case["_path"]) == case["id"] + ".yaml"
+        assert case["evidence"] == "parsed_from_log" and case["source"].startswith("https://")
+        assert case["gpu"]["name"].startswith("NVIDIA ") and case["gpu"]["memory_gib"] > 0
+        assert kv_accuracy.engine_tokens(case) and case["engine_reported"]["available_kv_cache_gib"]
+    assert not {c["id"] for c in RECORDS} & {c["id"] for c in CASES}
+
+
+def test_a_record_becomes_a_case_with_its_command_line_and_a_corpus_config():
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import records_from_db
+    corpus = next(c for c in CASES if c["model"]["name"] == "deepseek-ai/DeepSeek-R1-0528")
+    record = {"csv_metadata": {"model": "deepseek-ai/DeepSeek-R1-0528", "accelerator": "H200", "tp": 8,
+                               "runtime_args": "max-model-len: 8192; tensor-parallel-size: 8; "
+                                               "gpu-memory-utilization: 0.92; no-enable-prefix-caching: True"},
+              "log_config": {"max_seq_len": 8192, "tensor_parallel_size": 8, "pipeline_parallel_size": 1,
+                             "quantization": "fp8", "kv_cache_dtype": "auto", "vllm_version": "v0.20.0"},
+              "log_memory": {"model_load_gib": 79.74, "available_kv_cache_gib": 41.24, "kv_cache_tokens": 616096,
+                             "gpu_memory_utilization": 0.9}}
+    other = dict(record, csv_metadata=dict(record["csv_metadata"], accelerator="MI300X"))
+    cases, left_out = records_from_db.convert({"records": {"a1": record, "a2": dict(record), "b": other}}, [corpus])
+    assert len(cases) == 1 and left_out == {"a run identical to another": 1, "not an NVIDIA GPU": 1}
+    case = cases[0]
+    assert case["id"].startswith("moe-deepseekr10528-h200-tp8-v0200-rh")
+    assert case["settings"]["gpu_memory_utilization"] == 0.92           # the command line's, not the parsed 0.9
+    assert case["model"]["config"] == corpus["model"]["config"]
+    assert case["gpu"]["memory_gib"] == kv_accuracy.corpus_gpu_totals()["NVIDIA H200"]
+    derived = records_from_db.model_configs([corpus], {"x/bf16": {"same_as": "deepseek-ai/DeepSeek-R1-0528",
+                                                                  "without": ["quantization_config"],
+                                                                  "config_source": "the bf16 sibling"}})
+    assert "quantization_config" not in derived["x/bf16"][0] and "quantization_config" in derived[
+        "deepseek-ai/deepseek-r1-0528"][0]
