@@ -990,8 +990,15 @@ def expert_workspace_parts(profile, tp, settings, act_bytes=2):
     if backend == MOE_FLASHINFER_CUTLASS:
         local_experts = moe["num_experts"] // (tp if settings.get("expert_parallel") else 1)
         return flashinfer_cutlass_workspace_bytes(tokens, chunk, top_k, inter, hidden, local_experts)
-    # Triton experts (and, for want of their own shapes, vLLM's CUTLASS and the other families)
-    return int(modular_workspace_elements(chunk, top_k, inter, hidden) * act_bytes), 0
+    workspace = int(modular_workspace_elements(chunk, top_k, inter, hidden) * act_bytes)
+    if backend == MOE_OTHER:
+        # FlashInfer's TRT-LLM kernels (SM100 fp8, 4-bit float experts) manage their own workspaces inside each call
+        # and vLLM keeps none for them (fused_moe/experts/trtllm_fp8_moe.py workspace_shapes: (0,), "managed by
+        # flashinfer", 0.21 and 0.29; the monolithic form, taken first, has no output buffer either): Triton's
+        # shapes, per call
+        return 0, workspace
+    # Triton experts (and, for want of their own shapes, vLLM's CUTLASS)
+    return workspace, 0
 
 
 def modular_workspace_elements(chunk, top_k, inter, hidden):

@@ -678,6 +678,17 @@ def test_expert_buffers_have_their_kernels_shapes(checkpoint, version, gpu, gib)
     assert engine_memory.non_torch_bytes(profile, 4, settings) == engine_memory.non_torch_bytes(HY3, 4, settings)
 
 
+def test_flashinfer_trtllm_experts_keep_no_workspace_of_vllm_s():
+    """SM100 fp8 experts run FlashInfer's TRT-LLM kernels, whose workspaces FlashInfer manages inside each call
+    (trtllm_fp8_moe.py workspace_shapes: (0,)): the same bytes as Triton's, per call instead of kept."""
+    profile = dict(HY3, hidden_size=4096, moe=dict(HY3["moe"], num_experts=128, moe_intermediate_size=1536),
+                   quantization={"method": "fp8", "bits": 8, "group_size": [128, 128]})
+    settings = {"version": "0.19.0", "max_num_batched_tokens": 32768}
+    kept, per_call = engine_memory.moe_workspace_parts(profile, 4, dict(settings, gpu_name="NVIDIA B200"))
+    hopper = engine_memory.moe_workspace_parts(profile, 4, dict(settings, gpu_name="NVIDIA H100 80GB HBM3"))
+    assert (kept, per_call) == (0, hopper[0]) and hopper == (4 * GIB, 0)
+
+
 def test_only_the_last_stage_profiles_the_sampler():
     # vLLM's profile_run runs the dummy sampler on the last pipeline rank only: with 1024 rows of a
     # 128256-entry vocabulary the sampler (14.9 B an element: 1.82 GiB) outweighs the forward of 8192
