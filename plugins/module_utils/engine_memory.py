@@ -992,10 +992,10 @@ def expert_workspace_parts(profile, tp, settings, act_bytes=2):
         return flashinfer_cutlass_workspace_bytes(tokens, chunk, top_k, inter, hidden, local_experts)
     workspace = int(modular_workspace_elements(chunk, top_k, inter, hidden) * act_bytes)
     if backend == MOE_OTHER:
-        # FlashInfer's TRT-LLM kernels (SM100 fp8, 4-bit float experts) manage their own workspaces inside each call
-        # and vLLM keeps none for them (fused_moe/experts/trtllm_fp8_moe.py workspace_shapes: (0,), "managed by
-        # flashinfer", 0.21 and 0.29; the monolithic form, taken first, has no output buffer either): Triton's
-        # shapes, per call
+        # FlashInfer's TRT-LLM kernels (SM100 fp8, NVFP4 and MXFP4 experts) manage their own workspaces inside each
+        # call and vLLM keeps none for them (fused_moe/experts/trtllm_fp8_moe.py, trtllm_nvfp4_moe.py and
+        # trtllm_mxfp4_moe.py workspace_shapes: (0,), "managed by flashinfer", 0.29; fp8 the same in 0.21; the
+        # monolithic form, taken first, has no output buffer either): Triton's shapes, per call
         return 0, workspace
     # Triton experts (and, for want of their own shapes, vLLM's CUTLASS)
     return workspace, 0
