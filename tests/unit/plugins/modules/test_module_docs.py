@@ -42,3 +42,6 @@ def test_changelog_fragments_are_yaml_lists_of_entries(path):
         fragment = yaml.safe_load(handle)
     assert isinstance(fragment, dict) and set(fragment) <= sections, path
     assert all(isinstance(entry, str) for entries in fragment.values() for entry in entries)
+    with open(path) as handle:
+        long_lines = [n for n, line in enumerate(handle, 1) if len(line.rstrip("\n")) > 160]
+    assert not long_lines, "%s: lines %s are over ansible-lint's 160 characters" % (path, long_lines)
