@@ -33,7 +33,6 @@ RECORDS_SOURCE = ("https://github.com/ashishkamra/vllm-memory-estimator/blob/8b0
 RECORDS = os.path.join(ROOT, "bench", "kv_corpus", "records")
 RECORD_CONFIGS = os.path.join(ROOT, "bench", "kv_corpus", "record_configs.yaml")
 ACCELERATORS = {"H200": "NVIDIA H200", "B200": "NVIDIA B200"}
-EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 
 
 def model_configs(cases, extra):
@@ -58,9 +57,8 @@ def runtime_args(text):
     return dict(item.split(": ", 1) for item in text.split("; ") if ": " in item)
 
 
-def is_moe(config):
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
-    return any(key in config or key in text for key in EXPERT_KEYS)
+def is_moe(config, source):
+    return bool(kv_accuracy.model_profile(config, source=source).get("moe"))
 
 
 def settings_of(log_config, memory, args):
@@ -90,7 +88,7 @@ def case_of(uuid, record, model_config, totals):
     version = re.match(r"v?(\d+\.\d+\.\d+)", log_config["vllm_version"]).group(1)
     config, config_source = copy.deepcopy(model_config[0]), model_config[1]
     name = re.sub(r"[^a-z0-9]+", "", meta["model"].split("/")[-1].lower())[:28]
-    kind = "moe" if is_moe(config) else "dense"
+    kind = "moe" if is_moe(config, meta["model"]) else "dense"
     case_id = "%s-%s-%s-tp%d-v%s-rh%s" % (kind, name, meta["accelerator"].lower(), meta["tp"],
                                           version.replace(".", ""), uuid[:8])
     gpu = ACCELERATORS[meta["accelerator"]]

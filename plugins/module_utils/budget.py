@@ -324,7 +324,7 @@ def overhead_lines(ctx, state, last_stage=True, first_stage=None):
         return {"total": 0}, OVERHEAD_EXPLICIT_KV, None
     # What other processes hold, where the engine counts it, is this host's on every path: a calibrated overhead is
     # recorded net of the measuring host's, and a flat one is the engine's own.
-    others = engine_memory.other_processes_bytes(state_settings(engine, state))
+    others = engine_memory.other_processes_bytes(engine)
     # A pipeline stage's overhead is not a whole engine's: the store's entries (keyed without the stages)
     # never calibrate a node group.
     entry = calibration.lookup(engine.get("calibration_entries"), calibration_fields(ctx, state)) if ctx["pp"] == 1 else None
