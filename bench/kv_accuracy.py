@@ -165,7 +165,7 @@ def engine_of(case, settings, entries=None):
         engine.update(engine_memory.config_settings({"speculative-config": settings["speculative"]})[0])
     if settings.get("attention_backend"):      # set on the command line: the calibration key names it
         engine.update(engine_memory.config_settings({"attention-backend": settings["attention_backend"]})[0])
-    for knob in ("language_model_only", "skip_mm_profiling"):
+    for knob in ("language_model_only", "skip_mm_profiling", "disable_custom_all_reduce"):
         if settings.get(knob):
             engine[knob] = True
     if settings.get("limit_mm_per_prompt") is not None:

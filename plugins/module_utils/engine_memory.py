@@ -84,6 +84,11 @@ COPIES = {
     "graph_per_layer": 0.23 * MIB,    # each captured graph, per decoder layer: the piecewise graph's
                                       # per-layer pieces and their static buffers (median of the
                                       # "Estimated CUDA graph memory" lines in bench/kv_corpus)
+    "graph_per_layer_nccl": 0.17 * MIB,   # the same again where the graphs capture NCCL's all-reduce rather than
+                                          # vLLM's custom kernel (nccl_in_graphs; measured, not fitted: the excess
+                                          # of five printed estimates over the term above, 0.169 - 0.188 MiB, on
+                                          # 4 x L40S, 4 and 8 x H200 NVL and 4 x H200 NVL with it disabled, v0.19 -
+                                          # v0.20, hidden sizes 2048 - 8192)
 }
 
 # The profile's dummy sampler run applies top-k and top-p (vllm/v1/sample/ops/topk_topp_sampler.py), by one
@@ -424,8 +429,11 @@ CONFIG_SETTINGS = {"enable-prefix-caching": "enable_prefix_caching", "mamba-ssm-
                    "max-cudagraph-capture-size": "max_cudagraph_capture_size", "async-scheduling": "async_scheduling",
                    "block-size": "block_size", "limit-mm-per-prompt": "mm_limits",
                    "language-model-only": "language_model_only", "skip-mm-profiling": "skip_mm_profiling",
-                   "attention-backend": "attention_backend"}
-BOOLEAN_CONFIG = ("enable-prefix-caching", "async-scheduling", "language-model-only", "skip-mm-profiling")
+                   "attention-backend": "attention_backend", "disable-custom-all-reduce": "disable_custom_all_reduce"}
+BOOLEAN_CONFIG = ("enable-prefix-caching", "async-scheduling", "language-model-only", "skip-mm-profiling",
+                  "disable-custom-all-reduce")
+# Of those, the flags the engine leaves off by default: false is its default, not a setting of the run's.
+BOOLEAN_CONFIG_OFF = ("language-model-only", "skip-mm-profiling", "disable-custom-all-reduce")
 MAMBA_SSM_DTYPES = ("auto", "float32", "float16", "bfloat16")
 # Keys the collection sets itself (the budget's options, and the serve role's variables, which write them into
 # vllm.yaml): a further config must leave them out, else engine and budget would disagree (and vllm.yaml would carry
@@ -501,7 +509,8 @@ def config_settings(config, version=None):
 # Settings of a further config that move the engine's overhead (not only its KV layout): the calibration key names them.
 OVERHEAD_CONFIG_SETTINGS = ("async_scheduling", "max_cudagraph_capture_size", "num_speculative_tokens",
                             "speculative_method", "mm_limits", "language_model_only", "skip_mm_profiling",
-                            "attention_backend", "unmodelled_config", "environment", "compile_cache_warm")
+                            "attention_backend", "unmodelled_config", "environment", "compile_cache_warm",
+                            "disable_custom_all_reduce")
 
 
 def overhead_config_key(settings, profile=None):
@@ -638,7 +647,7 @@ def _config_value(flag, value, negated, false_honoured):
         if not isinstance(value, bool):
             return None
         if not value:   # "key: false" (honoured from 0.28) or "no-key: false" (never acted on)
-            return False if false_honoured and not negated else _ENGINE_DEFAULT
+            return False if false_honoured and not negated and flag not in BOOLEAN_CONFIG_OFF else _ENGINE_DEFAULT
         return not negated
     if flag == "mamba-ssm-cache-dtype":
         return value if value in MAMBA_SSM_DTYPES else None
@@ -1453,18 +1462,41 @@ def drafter_graph_count(settings, profile, target_graphs):
     return graphs + decode
 
 
+# vLLM's own all-reduce kernel (distributed/device_communicators/custom_all_reduce.py) serves 2, 4, 6 or 8 ranks of
+# one node, and over PCIe alone at most two ("Custom allreduce is disabled because it's not supported on more than
+# two PCIe-only GPUs"); elsewhere, and where the run disables it (disable-custom-all-reduce), NCCL's all-reduce runs
+# inside the captured graphs. Same engine, same model: 4 x H200 NVL on PCIe alone estimated 0.83 GiB of graphs
+# where 2 of them estimated 0.47, and with NVLink bridges and the custom kernel disabled 0.80 (v0.20, 50 graphs x 40
+# layers); Qwen2.5-72B on 4 x L40S (v0.19) 2.73 GiB against the term's 1.60.
+CUSTOM_ALL_REDUCE_RANKS = (2, 4, 6, 8)
+
+
+def nccl_in_graphs(tp, settings):
+    """Whether the captured graphs run NCCL's all-reduce: tensor parallel without vLLM's custom kernel (it is
+    disabled, the rank count is not one it serves, or more than two GPUs reach each other over PCIe alone; NVLink
+    by settings nvlink, else by the board's name)."""
+    if tp <= 1:
+        return False
+    if settings.get("disable_custom_all_reduce") or tp not in CUSTOM_ALL_REDUCE_RANKS:
+        return True
+    linked = settings.get("nvlink")
+    return tp > 2 and not (linked if linked is not None else nvlink_board(settings.get("gpu_name")))
+
+
 def cudagraph_bytes(profile, tp, settings, act_bytes=2):
     """vLLM's CUDA-graph estimate (gpu_model_runner.profile_cudagraph_memory): the first capture at
     the largest size costs about one forward's activations at that size; every graph then keeps
-    per-layer pieces, so the total grows with graphs x layers (the drafter's graphs x its layers); FlashInfer's
-    workspaces are allocated by the first full graph's capture (flashinfer_workspace_bytes)."""
+    per-layer pieces, so the total grows with graphs x layers (the drafter's graphs x its layers), by more where the
+    graphs capture NCCL's all-reduce (nccl_in_graphs); FlashInfer's workspaces are allocated by the first full
+    graph's capture (flashinfer_workspace_bytes)."""
     graphs, sizes = cudagraph_count(settings, profile)
     if not graphs:
         return 0
     first = forward_bytes(profile, tp, sizes[-1], act_bytes)
     layer_graphs = graphs * profile["num_hidden_layers"]
     layer_graphs += drafter_graph_count(settings, profile, (graphs, sizes)) * draft_kv_layers(profile, settings)
-    return int(first + COPIES["graph_per_layer"] * layer_graphs + flashinfer_workspace_bytes(profile, tp, settings))
+    per_layer = COPIES["graph_per_layer"] + (COPIES["graph_per_layer_nccl"] if nccl_in_graphs(tp, settings) else 0)
+    return int(first + per_layer * layer_graphs + flashinfer_workspace_bytes(profile, tp, settings))
 
 
 # The attention backend vLLM picks when the run names none (platforms/cuda.py _get_backend_priorities, 0.21 - 0.29):

@@ -183,6 +183,8 @@ options:
         modelled - FlashInfer's attention workspaces (394 MiB each, one per KV-cache group, or one shared where the
         decode runs TRT-LLM's kernels) join the CUDA-graph estimate that the engine counts from v0.20; left unset,
         the backend is vLLM's own choice (FlashInfer on SM100 GPUs for models without MLA).
+        C(disable-custom-all-reduce) is modelled too - CUDA graphs that capture NCCL's all-reduce keep more a layer,
+        as they do without the flag on more than two GPUs that reach each other over PCIe alone.
       - C(speculative-config) (a mapping, its JSON text, or dotted keys such as C(speculative-config.method)) is
         modelled - its method as vLLM resolves it (every MTP alias is V(mtp); a draft model's name can say eagle,
         eagle3, dflash or dspark) and C(num_speculative_tokens), which vLLM requires except for suffix decoding (24)

@@ -949,6 +949,8 @@ def test_speculative_config_gives_its_method_as_vllm_resolves_it_and_its_token_c
     ({"enable-prefix-caching": False}, "0.28.0", {"enable_prefix_caching": False}),
     ({"no-enable-prefix-caching": True}, "0.19.0", {"enable_prefix_caching": False}),
     ({"no-async-scheduling": False}, "0.29.0", {}),                       # never acted on
+    ({"disable-custom-all-reduce": True}, "0.19.0", {"disable_custom_all_reduce": True}),
+    ({"disable_custom_all_reduce": False}, "0.29.0", {}),                # off is the engine's default
     ({"max-cudagraph-capture-size": "64", "mamba_ssm_cache_dtype": "bfloat16"}, "0.29.0",
      {"max_cudagraph_capture_size": 64, "mamba_ssm_cache_dtype": "bfloat16"}),
     ({"speculative-config": {"method": "mtp", "model": "m"}}, "0.29.0",
@@ -988,6 +990,32 @@ def test_calibration_key_names_the_further_config_that_moves_the_overhead_only_w
     assert engine_memory.config_settings({"attention-backend": 3})[1] == [
         "attention-backend: 3 is not a value vLLM takes there"]
     assert calibration.calibration_key(dict(base, engine_config=capped)) == plain + "|engine_config=" + capped
+
+
+@pytest.mark.parametrize("tp, settings, nccl", [
+    (1, {"gpu_name": "NVIDIA L40S"}, False),
+    (2, {"gpu_name": "NVIDIA L40S"}, False),                       # two PCIe GPUs: the custom kernel serves them
+    (4, {"gpu_name": "NVIDIA L40S"}, True),                        # "not supported on more than two PCIe-only GPUs"
+    (4, {"gpu_name": "NVIDIA H100 80GB HBM3"}, False),
+    (4, {"gpu_name": "NVIDIA H100 80GB HBM3", "disable_custom_all_reduce": True}, True),
+    (3, {"gpu_name": "NVIDIA H100 80GB HBM3"}, True),              # a rank count the custom kernel does not serve
+    (4, {"gpu_name": "NVIDIA H200 NVL", "nvlink": False}, True),   # the link state over the board's name
+    (8, {"gpu_name": "NVIDIA L40S", "nvlink": True}, False),
+])
+def test_graphs_capture_nccl_s_all_reduce_where_vllm_s_kernel_does_not_serve(tp, settings, nccl, monkeypatch):
+    """vLLM's custom all-reduce serves 2, 4, 6 or 8 ranks, over PCIe alone at most two, unless the run disables it;
+    elsewhere NCCL's all-reduce is captured, and each graph keeps more a layer (4 x L40S, Qwen2.5-72B, v0.19: 2.73 GiB
+    estimated where the custom kernel's term gives 1.60)."""
+    assert engine_memory.nccl_in_graphs(tp, settings) is nccl
+    graph = dict(settings, version="0.20.0", max_num_seqs=256, max_num_batched_tokens=2048, cudagraph_counted=True)
+    here = engine_memory.cudagraph_bytes(TINY, tp, graph)
+    monkeypatch.setitem(engine_memory.COPIES, "graph_per_layer_nccl", 0)
+    custom = engine_memory.cudagraph_bytes(TINY, tp, graph)
+    graphs = engine_memory.cudagraph_count(graph)[0]
+    extra = int(0.17 * 2 ** 20 * graphs * TINY["num_hidden_layers"]) if nccl else 0
+    assert abs(here - custom - extra) <= 1
+    if nccl:   # a run that disables the kernel is keyed apart: its graphs differ from its twin's
+        assert "disable_custom_all_reduce=True" in engine_memory.overhead_config_key({"disable_custom_all_reduce": True})
 
 
 @pytest.mark.parametrize("version, context", [("0.7.3", False), ("0.8.0", True), ("0.8.5", True), ("0.9.0", True),
