@@ -144,6 +144,8 @@ def read_pynvml(pynvml):
                 devices.append(_read_device(pynvml, index))
             except pynvml.NVMLError as err:
                 raise _fault_for(pynvml, err, "GPU %d" % index) from err
+        for device, peers in zip(devices, _nvlink_peers(pynvml, count)):
+            device["nvlink_peers"] = peers
         host["devices"] = devices
         return host
     finally:
@@ -166,6 +168,28 @@ def _nvlink_active_links(pynvml, handle):
         except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_InvalidArgument):
             break
     return active
+
+
+def _nvlink_peers(pynvml, count):
+    """Per GPU, the indices of the GPUs it reaches over NVLink by NVML's P2P status (NVML_P2P_CAPS_INDEX_NVLINK: the
+    test vLLM's is_fully_connected makes before its custom all-reduce serves more than two GPUs); None for every GPU
+    where this NVML cannot answer (no such query, or an error: the fact is optional, the budget then counts links)."""
+    query = getattr(pynvml, "nvmlDeviceGetP2PStatus", None)
+    if query is None:
+        return [None] * count
+    try:
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(index) for index in range(count)]
+        return [[other for other in range(count) if other != index and _nvlink_p2p(pynvml, query, handle, handles[other])]
+                for index, handle in enumerate(handles)]
+    except pynvml.NVMLError:
+        return [None] * count
+
+
+def _nvlink_p2p(pynvml, query, handle, other):
+    try:
+        return query(handle, other, pynvml.NVML_P2P_CAPS_INDEX_NVLINK) == pynvml.NVML_P2P_STATUS_OK
+    except pynvml.NVMLError_NotSupported:
+        return False
 
 
 def _read_device(pynvml, index):
@@ -253,6 +277,7 @@ def parse_smi_gpus(text, fields):
             "compute_capability": _smi_value(cols.get("compute_cap", "")),
             "mig_mode": {"current": mig == "Enabled", "pending": pending == "Enabled"} if mig else None,
             "nvlink_active_links": None,
+            "nvlink_peers": None,
             "processes": [],
         })
         device = devices[-1]

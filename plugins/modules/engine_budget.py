@@ -398,8 +398,8 @@ target_note:
   returned: always
   type: str
 engine:
-  description: The engine settings modelled - version, platform, gpu_name, nvlink (the GPUs' NVLink state from
-    the facts, or null), max_num_batched_tokens (and whether it is the engine's default), enforce_eager,
+  description: The engine settings modelled - version, platform, gpu_name, nvlink (whether the tensor-parallel
+    group's GPUs reach each other over NVLink, from the facts, or null), max_num_batched_tokens (and whether it is the engine's default), enforce_eager,
     flashinfer_sampler (whether the profile run samples with FlashInfer; null for engines before v0.11 whose
     FlashInfer install is not known, budgeted with the sort),
     cudagraph_counted, v0_engine (whether vLLM's V0 engine runs, as before v0.8), model_runner_v2 (the model
@@ -542,7 +542,7 @@ def engine_settings(params, from_config):
                                                                     params["engine_environment"])
     return dict({k: v for k, v in from_config.items() if k != "block_size"}, **from_environment, **{
         "version": params["engine_version"], "platform": params["engine_platform"],
-        "gpu_name": gpus[0].get("name") if gpus else None, "nvlink": nvlink_connected(gpus),
+        "gpu_name": gpus[0].get("name") if gpus else None, "nvlink": nvlink_connected(tensor_parallel_gpus(params)),
         "max_num_batched_tokens": params["max_num_batched_tokens"], "enforce_eager": params["enforce_eager"],
         "expert_parallel": params["expert_parallel"], "kv_cache_memory_bytes": params["kv_cache_memory_bytes"],
         "flashinfer_sampler": engine_memory.flashinfer_sampler(params["engine_version"], params["engine_environment"],
@@ -552,9 +552,21 @@ def engine_settings(params, from_config):
     })
 
 
+def tensor_parallel_gpus(params):
+    """The GPUs of one tensor-parallel group: the first tensor_parallel_size (else one pipeline stage's share)."""
+    gpus = params["gpus"] or []
+    tp = params["tensor_parallel_size"] or len(gpus) // max(1, params["pipeline_parallel_size"] or 1)
+    return gpus[:max(1, tp)]
+
+
 def nvlink_connected(gpus):
-    """Whether every GPU has an active NVLink link (nvml_facts' nvlink_active_links); None when a GPU's
-    facts cannot tell, so the budget tells by the GPU's name."""
+    """Whether the GPUs reach each other over NVLink: every pair by nvml_facts' nvlink_peers (NVML's P2P status, the
+    test vLLM makes before its custom all-reduce serves more than two GPUs), else every GPU with an active link
+    (nvlink_active_links); None when the facts cannot tell, so the budget tells by the GPU's name."""
+    peers = [gpu.get("nvlink_peers") for gpu in gpus]
+    if len(gpus) > 1 and all(reach is not None for reach in peers):
+        indices = set(gpu.get("index") for gpu in gpus)
+        return all(indices - {gpu.get("index")} <= set(reach) for gpu, reach in zip(gpus, peers))
     links = [gpu.get("nvlink_active_links") for gpu in gpus]
     if not links or any(count is None for count in links):
         return None

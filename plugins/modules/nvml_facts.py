@@ -114,6 +114,9 @@ ansible_facts:
             - C(nvlink_active_links) counts the GPU's active NVLink links (0 on a PCIe board without NVLink, null
               from nvidia-smi or an NVML without the query); the budget reads it to tell NVLink tensor
               parallelism from PCIe.
+            - C(nvlink_peers) lists the indices of the GPUs this one reaches over NVLink, by NVML's P2P status (null
+              from nvidia-smi or where NVML cannot answer); the budget takes a tensor-parallel group for NVLink-
+              connected only when every pair is, as vLLM does before its own all-reduce serves more than two GPUs.
           type: list
           elements: dict
           sample:
@@ -129,6 +132,7 @@ ansible_facts:
               compute_capability: "9.0"
               mig_mode: {current: false, pending: false}
               nvlink_active_links: 18
+              nvlink_peers: [1, 2, 3, 4, 5, 6, 7]
               processes: [{pid: 4242, used_memory: 1048576, engine: false}]
               engine_memory: 0
               other_processes_memory: 1048576

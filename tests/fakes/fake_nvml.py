@@ -14,8 +14,9 @@ JSON) drives it:
          compute_capability: [9, 0], mig: [0, 0], lost: false, nvlink_links: 18,
          processes: [{pid: 4242, used_gib: 2}]}
     # nvlink_links: active NVLink links (0: a PCIe board, NVML answers "not supported"); absent: an NVML
-    # without the query (function not found); unified_memory: true makes both memory queries "not supported"
-    # (GB10 / DGX Spark)
+    # without the query (function not found); nvlink_peers: the GPU indices it reaches over NVLink (P2P status;
+    # default: every other GPU with links, an NVSwitch board); unified_memory: true makes both memory queries
+    # "not supported" (GB10 / DGX Spark)
 """
 
 import ctypes
@@ -75,7 +76,8 @@ class FakeNvmlLib:
             raise AttributeError(name)
         if name == "nvmlDeviceGetMemoryInfo_v2" and not self.profile.get("memory_v2", True):
             raise AttributeError(name)
-        if name == "nvmlDeviceGetNvLinkState" and not any("nvlink_links" in gpu for gpu in self.gpus):
+        if name in ("nvmlDeviceGetNvLinkState", "nvmlDeviceGetP2PStatus") and not any(
+                "nvlink_links" in gpu or "nvlink_peers" in gpu for gpu in self.gpus):
             raise AttributeError(name)
 
         def bound(*args):
@@ -183,6 +185,17 @@ class FakeNvmlLib:
         if link >= links:
             return pynvml.NVML_ERROR_INVALID_ARGUMENT
         _out(ref).value = 1
+        return self._check(handle)
+
+    def _nvmlDeviceGetP2PStatus(self, handle, other, caps_index, ref):
+        if caps_index != pynvml.NVML_P2P_CAPS_INDEX_NVLINK:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED
+        (index, gpu), (peer, peer_gpu) = self._gpu(handle), self._gpu(other)
+        if "nvlink_peers" in gpu:
+            linked = peer in gpu["nvlink_peers"]
+        else:
+            linked = bool(gpu.get("nvlink_links")) and bool(peer_gpu.get("nvlink_links"))
+        _out(ref).value = pynvml.NVML_P2P_STATUS_OK if linked else pynvml.NVML_P2P_STATUS_NOT_SUPPORTED
         return self._check(handle)
 
     def _nvmlDeviceGetComputeRunningProcesses_v3(self, handle, count_ref, array):

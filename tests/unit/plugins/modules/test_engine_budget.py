@@ -187,6 +187,30 @@ def test_nvml_link_state_decides_the_tensor_parallel_buffers(tmp_path):
     assert unknown["budget_bytes"]["non_torch"] == nvlink["budget_bytes"]["non_torch"]      # the name says SXM
 
 
+def test_a_tensor_parallel_group_is_nvlink_connected_only_when_every_pair_is(tmp_path):
+    """Four H200 NVL cards bridged in pairs each have active links, but vLLM's custom all-reduce serves more than two
+    GPUs only when every pair is linked (is_fully_connected), so the graphs capture NCCL's all-reduce: the v0.20
+    graph estimate, counted before the KV cache, is larger than on a fully bridged four."""
+    bf16 = sample_checkpoints.write(tmp_path / "bf16")
+    tiers = [{"name": "bf16", "weights_dir": bf16}]
+
+    def budget(peers):
+        gpus = [dict(gpu, nvlink_peers=reach) for gpu, reach in
+                zip(devices(4, 140, 140, name="NVIDIA H200 NVL", nvlink_active_links=4), peers)]
+        return run_module(engine_budget.main, args(tiers, gpus=gpus, engine_version="0.20.0",
+                                                   tensor_parallel_size=4)).result
+
+    pairs = budget([[1], [0], [3], [2]])
+    four = budget([[1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2]])
+    assert (pairs["engine"]["nvlink"], four["engine"]["nvlink"]) == (False, True)
+    assert pairs["budget_bytes"]["cudagraph"] > four["budget_bytes"]["cudagraph"]
+    # the group is the first tensor_parallel_size GPUs: two linked ones make an NVLink pair
+    two = run_module(engine_budget.main, args(tiers, gpus=[dict(gpu, nvlink_peers=reach) for gpu, reach in zip(
+        devices(4, 140, 140, name="NVIDIA H200 NVL", nvlink_active_links=4), [[1], [0], [3], [2]])],
+        engine_version="0.20.0", tensor_parallel_size=2)).result
+    assert two["engine"]["nvlink"] is True
+
+
 def test_other_processes_on_the_gpu_reach_an_engine_that_measures_device_wide(tmp_path):
     """nvml_facts' other_processes_memory: a v0.6.4 engine counts it against its KV cache, a v0.19 one does not."""
     bf16 = sample_checkpoints.write(tmp_path / "bf16")

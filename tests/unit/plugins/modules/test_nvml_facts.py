@@ -106,6 +106,20 @@ def test_nvlink_links_are_counted(links, active):
     assert gpu0["nvlink_active_links"] == active
 
 
+@pytest.mark.parametrize("gpus, peers", [
+    ([{"nvlink_links": 18}] * 4, [[1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2]]),       # an NVSwitch board
+    ([{"nvlink_links": 4, "nvlink_peers": [1]}, {"nvlink_links": 4, "nvlink_peers": [0]},
+      {"nvlink_links": 4, "nvlink_peers": [3]}, {"nvlink_links": 4, "nvlink_peers": [2]}],
+     [[1], [0], [3], [2]]),                                                          # NVL cards bridged in pairs
+    ([{"nvlink_links": 0}] * 2, [[], []]),                                             # PCIe boards
+    ([{}] * 2, [None, None]),                                                          # an NVML without the query
+])
+def test_nvlink_peers_are_read_pair_by_pair(gpus, peers):
+    fake_nvml.install({"gpus": [dict(gpu, total_gib=141) for gpu in gpus]})
+    devices = run_module(nvml_facts.main, {}).result["ansible_facts"]["hy3_gpus"]["devices"]
+    assert [device["nvlink_peers"] for device in devices] == peers
+
+
 def test_mig_not_supported_is_null():
     fake_nvml.install({"gpus": [{"total_gib": 24, "mig": None}]})
     gpu0 = run_module(nvml_facts.main, {}).result["ansible_facts"]["hy3_gpus"]["devices"][0]
