@@ -565,7 +565,7 @@ def nvlink_connected(gpus):
     (nvlink_active_links); None when the facts cannot tell, so the budget tells by the GPU's name."""
     peers = [gpu.get("nvlink_peers") for gpu in gpus]
     if len(gpus) > 1 and all(reach is not None for reach in peers):
-        indices = set(gpu.get("index") for gpu in gpus)
+        indices = {gpu.get("index") for gpu in gpus}
         return all(indices - {gpu.get("index")} <= set(reach) for gpu, reach in zip(gpus, peers))
     links = [gpu.get("nvlink_active_links") for gpu in gpus]
     if not links or any(count is None for count in links):

@@ -190,11 +190,10 @@ class FakeNvmlLib:
     def _nvmlDeviceGetP2PStatus(self, handle, other, caps_index, ref):
         if caps_index != pynvml.NVML_P2P_CAPS_INDEX_NVLINK:
             return pynvml.NVML_ERROR_NOT_SUPPORTED
-        (index, gpu), (peer, peer_gpu) = self._gpu(handle), self._gpu(other)
-        if "nvlink_peers" in gpu:
-            linked = peer in gpu["nvlink_peers"]
-        else:
-            linked = bool(gpu.get("nvlink_links")) and bool(peer_gpu.get("nvlink_links"))
+        gpu, (peer, peer_gpu) = self._gpu(handle)[1], self._gpu(other)
+        # listed peers, else an NVSwitch board: every GPU with links reaches every other
+        default = bool(gpu.get("nvlink_links")) and bool(peer_gpu.get("nvlink_links"))
+        linked = peer in gpu["nvlink_peers"] if "nvlink_peers" in gpu else default
         _out(ref).value = pynvml.NVML_P2P_STATUS_OK if linked else pynvml.NVML_P2P_STATUS_NOT_SUPPORTED
         return self._check(handle)
 
