@@ -1467,17 +1467,19 @@ def drafter_graph_count(settings, profile, target_graphs):
 # two PCIe-only GPUs"); elsewhere, and where the run disables it (disable-custom-all-reduce), NCCL's all-reduce runs
 # inside the captured graphs. Same engine, same model: 4 x H200 NVL on PCIe alone estimated 0.83 GiB of graphs
 # where 2 of them estimated 0.47, and with NVLink bridges and the custom kernel disabled 0.80 (v0.20, 50 graphs x 40
-# layers); Qwen2.5-72B on 4 x L40S (v0.19) 2.73 GiB against the term's 1.60.
+# layers); Qwen2.5-72B on 4 x L40S (v0.19) 2.73 GiB against the term's 1.60. Two GPUs without peer-to-peer access
+# (GeForce cards, many VMs) take NCCL's too: a v0.17 Qwen3-8B-AWQ start on two SM89 cards took 1.65 GiB of graphs.
 CUSTOM_ALL_REDUCE_RANKS = (2, 4, 6, 8)
 
 
 def nccl_in_graphs(tp, settings):
     """Whether the captured graphs run NCCL's all-reduce: tensor parallel without vLLM's custom kernel (it is
-    disabled, the rank count is not one it serves, or more than two GPUs reach each other over PCIe alone; NVLink
-    by settings nvlink, else by the board's name)."""
+    disabled, the rank count is not one it serves, the GPUs lack peer-to-peer access (settings p2p False: "your
+    platform lacks GPU P2P capability"), or more than two GPUs reach each other over PCIe alone; NVLink by settings
+    nvlink, else by the board's name)."""
     if tp <= 1:
         return False
-    if settings.get("disable_custom_all_reduce") or tp not in CUSTOM_ALL_REDUCE_RANKS:
+    if settings.get("disable_custom_all_reduce") or tp not in CUSTOM_ALL_REDUCE_RANKS or settings.get("p2p") is False:
         return True
     linked = settings.get("nvlink")
     return tp > 2 and not (linked if linked is not None else nvlink_board(settings.get("gpu_name")))

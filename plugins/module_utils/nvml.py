@@ -144,8 +144,9 @@ def read_pynvml(pynvml):
                 devices.append(_read_device(pynvml, index))
             except pynvml.NVMLError as err:
                 raise _fault_for(pynvml, err, "GPU %d" % index) from err
-        for device, peers in zip(devices, _nvlink_peers(pynvml, count)):
-            device["nvlink_peers"] = peers
+        for fact, caps in PEER_FACTS:
+            for device, peers in zip(devices, _peers(pynvml, count, getattr(pynvml, caps))):
+                device[fact] = peers
         host["devices"] = devices
         return host
     finally:
@@ -170,26 +171,34 @@ def _nvlink_active_links(pynvml, handle):
     return active
 
 
-def _nvlink_peers(pynvml, count):
-    """Per GPU, the indices of the GPUs it reaches over NVLink by NVML's P2P status (NVML_P2P_CAPS_INDEX_NVLINK: the
-    test vLLM's is_fully_connected makes before its custom all-reduce serves more than two GPUs); None for every GPU
-    where this NVML cannot answer (no such query, or an error: the fact is optional, the budget then counts links)."""
+def _peers(pynvml, count, caps_index):
+    """Per GPU, the indices of the GPUs NVML's P2P status answers OK for, for one capability (caps_index); None for
+    every GPU where this NVML cannot answer (no such query, or an error: the fact is optional, the budget then goes
+    by the links or the board's name)."""
     query = getattr(pynvml, "nvmlDeviceGetP2PStatus", None)
     if query is None:
         return [None] * count
     try:
         handles = [pynvml.nvmlDeviceGetHandleByIndex(index) for index in range(count)]
-        return [[other for other in range(count) if other != index and _nvlink_p2p(pynvml, query, handle, handles[other])]
+        return [[other for other in range(count) if other != index and _p2p_ok(pynvml, query, handle, handles[other],
+                                                                                caps_index)]
                 for index, handle in enumerate(handles)]
     except pynvml.NVMLError:
         return [None] * count
 
 
-def _nvlink_p2p(pynvml, query, handle, other):
+def _p2p_ok(pynvml, query, handle, other, caps_index):
     try:
-        return query(handle, other, pynvml.NVML_P2P_CAPS_INDEX_NVLINK) == pynvml.NVML_P2P_STATUS_OK
+        return query(handle, other, caps_index) == pynvml.NVML_P2P_STATUS_OK
     except pynvml.NVMLError_NotSupported:
         return False
+
+
+# vLLM's custom all-reduce needs peer-to-peer access between every pair of its GPUs (gpu_p2p_access_check: "your
+# platform lacks GPU P2P capability", as on GeForce cards or in many VMs) and, past two GPUs, NVLink between every
+# pair (is_fully_connected: NVML's P2P status by NVML_P2P_CAPS_INDEX_NVLINK); without them the CUDA graphs capture
+# NCCL's all-reduce. The write capability stands for access (pynvml spells the read index as a tuple).
+PEER_FACTS = (("nvlink_peers", "NVML_P2P_CAPS_INDEX_NVLINK"), ("p2p_peers", "NVML_P2P_CAPS_INDEX_WRITE"))
 
 
 def _read_device(pynvml, index):
@@ -278,6 +287,7 @@ def parse_smi_gpus(text, fields):
             "mig_mode": {"current": mig == "Enabled", "pending": pending == "Enabled"} if mig else None,
             "nvlink_active_links": None,
             "nvlink_peers": None,
+            "p2p_peers": None,
             "processes": [],
         })
         device = devices[-1]

@@ -117,6 +117,9 @@ ansible_facts:
             - C(nvlink_peers) lists the indices of the GPUs this one reaches over NVLink, by NVML's P2P status (null
               from nvidia-smi or where NVML cannot answer); the budget takes a tensor-parallel group for NVLink-
               connected only when every pair is, as vLLM does before its own all-reduce serves more than two GPUs.
+            - C(p2p_peers) lists the indices of the GPUs this one has peer-to-peer access to (NVML's P2P write status;
+              null as above); vLLM's own all-reduce needs it between every pair, so GPUs without it (GeForce cards,
+              many VMs) are budgeted with NCCL's all-reduce in their CUDA graphs.
           type: list
           elements: dict
           sample:
@@ -133,6 +136,7 @@ ansible_facts:
               mig_mode: {current: false, pending: false}
               nvlink_active_links: 18
               nvlink_peers: [1, 2, 3, 4, 5, 6, 7]
+              p2p_peers: [1, 2, 3, 4, 5, 6, 7]
               processes: [{pid: 4242, used_memory: 1048576, engine: false}]
               engine_memory: 0
               other_processes_memory: 1048576

@@ -15,8 +15,8 @@ JSON) drives it:
          processes: [{pid: 4242, used_gib: 2}]}
     # nvlink_links: active NVLink links (0: a PCIe board, NVML answers "not supported"); absent: an NVML
     # without the query (function not found); nvlink_peers: the GPU indices it reaches over NVLink (P2P status;
-    # default: every other GPU with links, an NVSwitch board); unified_memory: true makes both memory queries
-    # "not supported" (GB10 / DGX Spark)
+    # default: every other GPU with links, an NVSwitch board); p2p_peers: those it has peer-to-peer access to
+    # (default: every other GPU); unified_memory: true makes both memory queries "not supported" (GB10 / DGX Spark)
 """
 
 import ctypes
@@ -77,7 +77,7 @@ class FakeNvmlLib:
         if name == "nvmlDeviceGetMemoryInfo_v2" and not self.profile.get("memory_v2", True):
             raise AttributeError(name)
         if name in ("nvmlDeviceGetNvLinkState", "nvmlDeviceGetP2PStatus") and not any(
-                "nvlink_links" in gpu or "nvlink_peers" in gpu for gpu in self.gpus):
+                key in gpu for gpu in self.gpus for key in ("nvlink_links", "nvlink_peers", "p2p_peers")):
             raise AttributeError(name)
 
         def bound(*args):
@@ -188,13 +188,16 @@ class FakeNvmlLib:
         return self._check(handle)
 
     def _nvmlDeviceGetP2PStatus(self, handle, other, caps_index, ref):
-        if caps_index != pynvml.NVML_P2P_CAPS_INDEX_NVLINK:
-            return pynvml.NVML_ERROR_NOT_SUPPORTED
         gpu, (peer, peer_gpu) = self._gpu(handle)[1], self._gpu(other)
-        # listed peers, else an NVSwitch board: every GPU with links reaches every other
-        default = bool(gpu.get("nvlink_links")) and bool(peer_gpu.get("nvlink_links"))
-        linked = peer in gpu["nvlink_peers"] if "nvlink_peers" in gpu else default
-        _out(ref).value = pynvml.NVML_P2P_STATUS_OK if linked else pynvml.NVML_P2P_STATUS_NOT_SUPPORTED
+        if caps_index == pynvml.NVML_P2P_CAPS_INDEX_NVLINK:
+            # listed peers, else an NVSwitch board: every GPU with links reaches every other
+            default = bool(gpu.get("nvlink_links")) and bool(peer_gpu.get("nvlink_links"))
+            linked = peer in gpu["nvlink_peers"] if "nvlink_peers" in gpu else default
+        elif caps_index == pynvml.NVML_P2P_CAPS_INDEX_WRITE:
+            linked = peer in gpu["p2p_peers"] if "p2p_peers" in gpu else True
+        else:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED
+        _out(ref).value = pynvml.NVML_P2P_STATUS_OK if linked else pynvml.NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED
         return self._check(handle)
 
     def _nvmlDeviceGetComputeRunningProcesses_v3(self, handle, count_ref, array):

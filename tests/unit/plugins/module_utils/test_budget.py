@@ -1001,6 +1001,8 @@ def test_calibration_key_names_the_further_config_that_moves_the_overhead_only_w
     (3, {"gpu_name": "NVIDIA H100 80GB HBM3"}, True),              # a rank count the custom kernel does not serve
     (4, {"gpu_name": "NVIDIA H200 NVL", "nvlink": False}, True),   # the link state over the board's name
     (8, {"gpu_name": "NVIDIA L40S", "nvlink": True}, False),
+    (2, {"gpu_name": "NVIDIA GeForce RTX 4090", "p2p": False}, True),   # "your platform lacks GPU P2P capability"
+    (2, {"gpu_name": "NVIDIA GeForce RTX 4090", "p2p": None}, False),   # not known: the custom kernel
 ])
 def test_graphs_capture_nccl_s_all_reduce_where_vllm_s_kernel_does_not_serve(tp, settings, nccl, monkeypatch):
     """vLLM's custom all-reduce serves 2, 4, 6 or 8 ranks, over PCIe alone at most two, unless the run disables it;

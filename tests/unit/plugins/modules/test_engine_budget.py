@@ -211,6 +211,22 @@ def test_a_tensor_parallel_group_is_nvlink_connected_only_when_every_pair_is(tmp
     assert two["engine"]["nvlink"] is True
 
 
+def test_two_gpus_without_peer_to_peer_access_capture_nccl_s_all_reduce(tmp_path):
+    """vLLM's custom all-reduce needs peer-to-peer access ("your platform lacks GPU P2P capability"): without it two
+    PCIe cards capture NCCL's all-reduce in their graphs, which the v0.20 estimate counts before the KV cache."""
+    bf16 = sample_checkpoints.write(tmp_path / "bf16")
+    tiers = [{"name": "bf16", "weights_dir": bf16}]
+
+    def budget(peers):
+        gpus = [dict(gpu, p2p_peers=reach) for gpu, reach in
+                zip(devices(2, 24, 24, name="NVIDIA GeForce RTX 4090", nvlink_active_links=0), peers)]
+        return run_module(engine_budget.main, args(tiers, gpus=gpus, engine_version="0.20.0")).result
+
+    closed, open_, unknown = budget([[], []]), budget([[1], [0]]), budget([None, None])
+    assert (closed["engine"]["p2p"], open_["engine"]["p2p"], unknown["engine"]["p2p"]) == (False, True, None)
+    assert closed["budget_bytes"]["cudagraph"] > open_["budget_bytes"]["cudagraph"] == unknown["budget_bytes"]["cudagraph"]
+
+
 def test_other_processes_on_the_gpu_reach_an_engine_that_measures_device_wide(tmp_path):
     """nvml_facts' other_processes_memory: a v0.6.4 engine counts it against its KV cache, a v0.19 one does not."""
     bf16 = sample_checkpoints.write(tmp_path / "bf16")

@@ -120,6 +120,15 @@ def test_nvlink_peers_are_read_pair_by_pair(gpus, peers):
     assert [device["nvlink_peers"] for device in devices] == peers
 
 
+def test_peer_to_peer_access_is_read_pair_by_pair():
+    """GeForce cards answer "chipset not supported" for peer-to-peer access; vLLM's custom all-reduce needs it."""
+    fake_nvml.install({"gpus": [{"total_gib": 24, "nvlink_links": 0, "p2p_peers": []}] * 2})
+    geforce = run_module(nvml_facts.main, {}).result["ansible_facts"]["hy3_gpus"]["devices"]
+    fake_nvml.install({"gpus": [{"total_gib": 48, "nvlink_links": 0}] * 2})
+    l40s = run_module(nvml_facts.main, {}).result["ansible_facts"]["hy3_gpus"]["devices"]
+    assert [d["p2p_peers"] for d in geforce] == [[], []] and [d["p2p_peers"] for d in l40s] == [[1], [0]]
+
+
 def test_mig_not_supported_is_null():
     fake_nvml.install({"gpus": [{"total_gib": 24, "mig": None}]})
     gpu0 = run_module(nvml_facts.main, {}).result["ansible_facts"]["hy3_gpus"]["devices"][0]
