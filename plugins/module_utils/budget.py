@@ -781,7 +781,8 @@ ENGINE_CONFIG_SETTINGS = tuple(setting for setting in engine_memory.CONFIG_SETTI
 
 
 def engine_summary(engine):
-    keys = ("version", "platform", "gpu_name", "nvlink", "p2p", "max_num_batched_tokens", "max_num_batched_tokens_source",
+    keys = ("version", "platform", "gpu_name", "nvlink", "fully_connected", "p2p", "nnodes", "max_num_batched_tokens",
+            "max_num_batched_tokens_source",
             "enforce_eager", "expert_parallel", "flashinfer_sampler", "cudagraph_counted", "v0_engine",
             "model_runner_v2", "environment", "kv_cache_memory_bytes", "runtime_overhead_gib",
             "model_id") + ENGINE_CONFIG_SETTINGS

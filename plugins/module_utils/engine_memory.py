@@ -648,6 +648,8 @@ def _config_value(flag, value, negated, false_honoured):
             return None
         if not value:   # "key: false" (honoured from 0.28) or "no-key: false" (never acted on)
             return False if false_honoured and not negated and flag not in BOOLEAN_CONFIG_OFF else _ENGINE_DEFAULT
+        if negated and flag in BOOLEAN_CONFIG_OFF:      # "no-key: true": off, the engine's default
+            return _ENGINE_DEFAULT
         return not negated
     if flag == "mamba-ssm-cache-dtype":
         return value if value in MAMBA_SSM_DTYPES else None
@@ -1462,27 +1464,51 @@ def drafter_graph_count(settings, profile, target_graphs):
     return graphs + decode
 
 
-# vLLM's own all-reduce kernel (distributed/device_communicators/custom_all_reduce.py) serves 2, 4, 6 or 8 ranks of
-# one node, and over PCIe alone at most two ("Custom allreduce is disabled because it's not supported on more than
-# two PCIe-only GPUs"); elsewhere, and where the run disables it (disable-custom-all-reduce), NCCL's all-reduce runs
-# inside the captured graphs. Same engine, same model: 4 x H200 NVL on PCIe alone estimated 0.83 GiB of graphs
-# where 2 of them estimated 0.47, and with NVLink bridges and the custom kernel disabled 0.80 (v0.20, 50 graphs x 40
-# layers); Qwen2.5-72B on 4 x L40S (v0.19) 2.73 GiB against the term's 1.60. Two GPUs without peer-to-peer access
-# (GeForce cards, many VMs) take NCCL's too: a v0.17 Qwen3-8B-AWQ start on two SM89 cards took 1.65 GiB of graphs.
-CUSTOM_ALL_REDUCE_RANKS = (2, 4, 6, 8)
+# vLLM's all-reduce inside the captured graphs (distributed/device_communicators/cuda_communicator.py all_reduce,
+# 0.19 - 0.20) takes its own custom kernel where that serves the group, next PyTorch's symmetric memory, and NCCL
+# last. The custom kernel (custom_all_reduce.py) serves 2, 4, 6 or 8 ranks of one node with peer-to-peer access
+# between them (torch.cuda.can_device_access_peer: "your platform lacks GPU P2P capability", as on GeForce cards or
+# in many VMs), and past two ranks only NVLink between every pair (platforms/cuda.py is_fully_connected: "not
+# supported on more than two PCIe-only GPUs"); config/parallel.py turns it off for a multi-node launch (nnodes > 1,
+# the node groups' launch) and where the run disables it (disable-custom-all-reduce). Symmetric memory
+# (symm_mem.py, VLLM_ALLREDUCE_USE_SYMM_MEM on by default from 0.11) needs multicast - NVSwitch - on SM 9.0 / 10.0 /
+# 10.3 and 2, 4, 6 or 8 ranks. NCCL's all-reduce keeps more a graph and layer: 4 x H200 NVL on PCIe alone estimated
+# 0.83 GiB of graphs where 2 of them estimated 0.47, and with NVLink bridges and the custom kernel disabled 0.80
+# (v0.20, 50 graphs x 40 layers); Qwen2.5-72B on 4 x L40S (v0.19) 2.73 GiB against the term's 1.60; a v0.17
+# Qwen3-8B-AWQ start on two SM89 cards without peer-to-peer access took 1.65 GiB of graphs.
+ALL_REDUCE_RANKS = (2, 4, 6, 8)
+SYMMETRIC_MEMORY_SINCE = (0, 11, 0)
+SYMMETRIC_MEMORY_CAPABILITIES = ((9, 0), (10, 0), (10, 3))
+
+
+def fully_connected(settings):
+    """Whether every pair of the group's GPUs is NVLink-connected: settings fully_connected (the facts' every-pair
+    answer), else the link state (settings nvlink), else the board's name."""
+    for known in (settings.get("fully_connected"), settings.get("nvlink")):
+        if known is not None:
+            return known
+    return nvlink_board(settings.get("gpu_name"))
+
+
+def custom_all_reduce(tp, settings):
+    """Whether vLLM's custom all-reduce kernel serves a tensor-parallel group of tp ranks (see ALL_REDUCE_RANKS);
+    peer-to-peer access is taken for granted unless settings p2p says it is missing."""
+    return (tp in ALL_REDUCE_RANKS and not settings.get("disable_custom_all_reduce") and settings.get("p2p") is not False
+            and (settings.get("nnodes") or 1) <= 1 and (tp <= 2 or fully_connected(settings)))
+
+
+def symmetric_memory_all_reduce(tp, settings):
+    """Whether PyTorch's symmetric-memory all-reduce serves the group where the custom kernel does not: NVSwitch
+    (multicast) Hopper or Blackwell boards, from SYMMETRIC_MEMORY_SINCE."""
+    return (tp in ALL_REDUCE_RANKS and engine_version(settings.get("version")) >= SYMMETRIC_MEMORY_SINCE
+            and gpu_capability(settings.get("gpu_name")) in SYMMETRIC_MEMORY_CAPABILITIES
+            and nvls_capable(settings.get("gpu_name")) and fully_connected(settings))
 
 
 def nccl_in_graphs(tp, settings):
-    """Whether the captured graphs run NCCL's all-reduce: tensor parallel without vLLM's custom kernel (it is
-    disabled, the rank count is not one it serves, the GPUs lack peer-to-peer access (settings p2p False: "your
-    platform lacks GPU P2P capability"), or more than two GPUs reach each other over PCIe alone; NVLink by settings
-    nvlink, else by the board's name)."""
-    if tp <= 1:
-        return False
-    if settings.get("disable_custom_all_reduce") or tp not in CUSTOM_ALL_REDUCE_RANKS or settings.get("p2p") is False:
-        return True
-    linked = settings.get("nvlink")
-    return tp > 2 and not (linked if linked is not None else nvlink_board(settings.get("gpu_name")))
+    """Whether the captured graphs run NCCL's all-reduce: tensor parallel that neither vLLM's custom kernel nor
+    symmetric memory serves."""
+    return tp > 1 and not custom_all_reduce(tp, settings) and not symmetric_memory_all_reduce(tp, settings)
 
 
 def cudagraph_bytes(profile, tp, settings, act_bytes=2):

@@ -194,10 +194,11 @@ def _p2p_ok(pynvml, query, handle, other, caps_index):
         return False
 
 
-# vLLM's custom all-reduce needs peer-to-peer access between every pair of its GPUs (gpu_p2p_access_check: "your
-# platform lacks GPU P2P capability", as on GeForce cards or in many VMs) and, past two GPUs, NVLink between every
-# pair (is_fully_connected: NVML's P2P status by NVML_P2P_CAPS_INDEX_NVLINK); without them the CUDA graphs capture
-# NCCL's all-reduce. The write capability stands for access (pynvml spells the read index as a tuple).
+# vLLM's custom all-reduce needs peer-to-peer access between every pair of its GPUs (torch.cuda.can_device_access_peer,
+# the driver's answer, which NVML's P2P status gives too: "your platform lacks GPU P2P capability", as on GeForce
+# cards or in many VMs) and, past two GPUs, NVLink between every pair (platforms/cuda.py is_fully_connected: NVML's
+# P2P status by NVML_P2P_CAPS_INDEX_NVLINK); without them the CUDA graphs may capture NCCL's all-reduce. The write
+# capability stands for access (pynvml spells the read index as a tuple).
 PEER_FACTS = (("nvlink_peers", "NVML_P2P_CAPS_INDEX_NVLINK"), ("p2p_peers", "NVML_P2P_CAPS_INDEX_WRITE"))
 
 

@@ -399,8 +399,9 @@ target_note:
   type: str
 engine:
   description: The engine settings modelled - version, platform, gpu_name, nvlink (whether the tensor-parallel
-    group's GPUs reach each other over NVLink, from the facts, or null), p2p (whether they have peer-to-peer access
-    to each other, or null), max_num_batched_tokens (and whether it is the engine's default), enforce_eager,
+    group's GPUs have active NVLink links, from the facts, or null), fully_connected (whether every pair of them is
+    NVLink-connected, or null), p2p (whether they have peer-to-peer access to each other, or null), nnodes (the
+    nodes of a group's launch), max_num_batched_tokens (and whether it is the engine's default), enforce_eager,
     flashinfer_sampler (whether the profile run samples with FlashInfer; null for engines before v0.11 whose
     FlashInfer install is not known, budgeted with the sort),
     cudagraph_counted, v0_engine (whether vLLM's V0 engine runs, as before v0.8), model_runner_v2 (the model
@@ -544,7 +545,10 @@ def engine_settings(params, from_config):
     return dict({k: v for k, v in from_config.items() if k != "block_size"}, **from_environment, **{
         "version": params["engine_version"], "platform": params["engine_platform"],
         "gpu_name": gpus[0].get("name") if gpus else None, "nvlink": nvlink_connected(tensor_parallel_gpus(params)),
-        "p2p": peer_to_peer(tensor_parallel_gpus(params)),
+        "fully_connected": every_pair(tensor_parallel_gpus(params), "nvlink_peers"),
+        "p2p": every_pair(tensor_parallel_gpus(params), "p2p_peers"),
+        # a node group's launch: vLLM turns its custom all-reduce off for nnodes > 1
+        "nnodes": params["pipeline_parallel_size"] if (params["pipeline_parallel_size"] or 1) > 1 else None,
         "max_num_batched_tokens": params["max_num_batched_tokens"], "enforce_eager": params["enforce_eager"],
         "expert_parallel": params["expert_parallel"], "kv_cache_memory_bytes": params["kv_cache_memory_bytes"],
         "flashinfer_sampler": engine_memory.flashinfer_sampler(params["engine_version"], params["engine_environment"],
@@ -562,28 +566,19 @@ def tensor_parallel_gpus(params):
 
 
 def every_pair(gpus, fact):
-    """Whether every pair of the GPUs is in each other's nvml_facts list ``fact`` (nvlink_peers, p2p_peers); None for
-    one GPU or where a GPU's facts have no such list."""
+    """Whether every pair of the GPUs is in each other's nvml_facts list ``fact`` (nvlink_peers: NVLink, vLLM's
+    is_fully_connected; p2p_peers: peer-to-peer access), by their indices (else their places); None for one GPU or
+    where a GPU's facts have no such list."""
     peers = [gpu.get(fact) for gpu in gpus]
     if len(gpus) < 2 or any(reach is None for reach in peers):
         return None
-    indices = {gpu.get("index") for gpu in gpus}
-    return all(indices - {gpu.get("index")} <= set(reach) for gpu, reach in zip(gpus, peers))
-
-
-def peer_to_peer(gpus):
-    """Whether the GPUs have peer-to-peer access to each other (nvml_facts' p2p_peers), which vLLM's custom all-reduce
-    needs; None when the facts cannot tell."""
-    return every_pair(gpus, "p2p_peers")
+    indices = [gpu.get("index", place) for place, gpu in enumerate(gpus)]
+    return all(set(indices) - {index} <= set(reach) for index, reach in zip(indices, peers))
 
 
 def nvlink_connected(gpus):
-    """Whether the GPUs reach each other over NVLink: every pair by nvml_facts' nvlink_peers (NVML's P2P status, the
-    test vLLM makes before its custom all-reduce serves more than two GPUs), else every GPU with an active link
-    (nvlink_active_links); None when the facts cannot tell, so the budget tells by the GPU's name."""
-    linked = every_pair(gpus, "nvlink_peers")
-    if linked is not None:
-        return linked
+    """Whether every GPU has an active NVLink link (nvml_facts' nvlink_active_links), which decides the
+    communicators' buffers; None when a GPU's facts cannot tell, so the budget tells by the GPU's name."""
     links = [gpu.get("nvlink_active_links") for gpu in gpus]
     if not links or any(count is None for count in links):
         return None

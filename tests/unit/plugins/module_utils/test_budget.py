@@ -997,27 +997,42 @@ def test_calibration_key_names_the_further_config_that_moves_the_overhead_only_w
     (2, {"gpu_name": "NVIDIA L40S"}, False),                       # two PCIe GPUs: the custom kernel serves them
     (4, {"gpu_name": "NVIDIA L40S"}, True),                        # "not supported on more than two PCIe-only GPUs"
     (4, {"gpu_name": "NVIDIA H100 80GB HBM3"}, False),
-    (4, {"gpu_name": "NVIDIA H100 80GB HBM3", "disable_custom_all_reduce": True}, True),
-    (3, {"gpu_name": "NVIDIA H100 80GB HBM3"}, True),              # a rank count the custom kernel does not serve
+    (3, {"gpu_name": "NVIDIA L40S"}, True),                        # a rank count neither kernel serves
     (4, {"gpu_name": "NVIDIA H200 NVL", "nvlink": False}, True),   # the link state over the board's name
+    (4, {"gpu_name": "NVIDIA H200 NVL", "nvlink": True, "fully_connected": False}, True),    # bridged in pairs
     (8, {"gpu_name": "NVIDIA L40S", "nvlink": True}, False),
     (2, {"gpu_name": "NVIDIA GeForce RTX 4090", "p2p": False}, True),   # "your platform lacks GPU P2P capability"
     (2, {"gpu_name": "NVIDIA GeForce RTX 4090", "p2p": None}, False),   # not known: the custom kernel
+    (2, {"gpu_name": "NVIDIA L40S", "nnodes": 2}, True),               # a multi-node launch turns the kernel off
+    (4, {"gpu_name": "NVIDIA H200 NVL", "nvlink": True, "disable_custom_all_reduce": True}, True),   # no NVSwitch
+    # on NVSwitch Hopper / Blackwell PyTorch's symmetric memory takes over from 0.11, not NCCL
+    (8, {"gpu_name": "NVIDIA H100 80GB HBM3", "disable_custom_all_reduce": True}, False),
+    (8, {"gpu_name": "NVIDIA B200", "nnodes": 2}, False),
+    (8, {"gpu_name": "NVIDIA H100 80GB HBM3", "disable_custom_all_reduce": True, "version": "0.10.2"}, True),
+    (8, {"gpu_name": "NVIDIA A100-SXM4-80GB", "disable_custom_all_reduce": True}, True),
 ])
-def test_graphs_capture_nccl_s_all_reduce_where_vllm_s_kernel_does_not_serve(tp, settings, nccl, monkeypatch):
-    """vLLM's custom all-reduce serves 2, 4, 6 or 8 ranks, over PCIe alone at most two, unless the run disables it;
-    elsewhere NCCL's all-reduce is captured, and each graph keeps more a layer (4 x L40S, Qwen2.5-72B, v0.19: 2.73 GiB
-    estimated where the custom kernel's term gives 1.60)."""
-    assert engine_memory.nccl_in_graphs(tp, settings) is nccl
-    graph = dict(settings, version="0.20.0", max_num_seqs=256, max_num_batched_tokens=2048, cudagraph_counted=True)
+def test_graphs_capture_nccl_s_all_reduce_where_neither_vllm_kernel_serves(tp, settings, nccl, monkeypatch):
+    """vLLM's custom all-reduce serves 2, 4, 6 or 8 ranks of one node with peer-to-peer access, over PCIe alone at
+    most two, unless the run disables it; PyTorch's symmetric memory comes next on NVSwitch SM 9.0 / 10.x from 0.11;
+    elsewhere NCCL's all-reduce is captured, and each graph keeps more a layer (4 x L40S, Qwen2.5-72B, v0.19: 2.73
+    GiB estimated where the custom kernel's term gives 1.60)."""
+    graph = dict({"version": "0.20.0"}, **settings)
+    graph.update(max_num_seqs=256, max_num_batched_tokens=2048, cudagraph_counted=True)
+    assert engine_memory.nccl_in_graphs(tp, graph) is nccl
     here = engine_memory.cudagraph_bytes(TINY, tp, graph)
     monkeypatch.setitem(engine_memory.COPIES, "graph_per_layer_nccl", 0)
     custom = engine_memory.cudagraph_bytes(TINY, tp, graph)
     graphs = engine_memory.cudagraph_count(graph)[0]
     extra = int(0.17 * 2 ** 20 * graphs * TINY["num_hidden_layers"]) if nccl else 0
     assert abs(here - custom - extra) <= 1
-    if nccl:   # a run that disables the kernel is keyed apart: its graphs differ from its twin's
-        assert "disable_custom_all_reduce=True" in engine_memory.overhead_config_key({"disable_custom_all_reduce": True})
+
+
+def test_a_run_that_disables_the_custom_all_reduce_is_keyed_apart():
+    """Its graphs differ from its twin's; "no-disable-custom-all-reduce: true" is the engine's default, not keyed."""
+    disabled = engine_memory.config_settings({"disable-custom-all-reduce": True}, "0.20.0")[0]
+    assert engine_memory.overhead_config_key(disabled) == "disable_custom_all_reduce=True"
+    for default in ({"no-disable-custom-all-reduce": True}, {"disable-custom-all-reduce": False}):
+        assert engine_memory.config_settings(default, "0.29.0")[0] == {}
 
 
 @pytest.mark.parametrize("version, context", [("0.7.3", False), ("0.8.0", True), ("0.8.5", True), ("0.9.0", True),

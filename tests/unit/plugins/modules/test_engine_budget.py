@@ -7,6 +7,7 @@ import sample_checkpoints
 from ansible.module_utils import basic
 from module_harness import run_module
 
+from ansible_collections.hy3.fleet.plugins.module_utils import engine_memory
 from ansible_collections.hy3.fleet.plugins.modules import engine_budget
 
 GIB = 1024 ** 3
@@ -202,13 +203,15 @@ def test_a_tensor_parallel_group_is_nvlink_connected_only_when_every_pair_is(tmp
 
     pairs = budget([[1], [0], [3], [2]])
     four = budget([[1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2]])
-    assert (pairs["engine"]["nvlink"], four["engine"]["nvlink"]) == (False, True)
+    assert (pairs["engine"]["fully_connected"], four["engine"]["fully_connected"]) == (False, True)
     assert pairs["budget_bytes"]["cudagraph"] > four["budget_bytes"]["cudagraph"]
+    # the communicators' buffers still follow the links each GPU has: the pairing moves the graphs alone
+    assert pairs["engine"]["nvlink"] is True and pairs["budget_bytes"]["non_torch"] == four["budget_bytes"]["non_torch"]
     # the group is the first tensor_parallel_size GPUs: two linked ones make an NVLink pair
     two = run_module(engine_budget.main, args(tiers, gpus=[dict(gpu, nvlink_peers=reach) for gpu, reach in zip(
         devices(4, 140, 140, name="NVIDIA H200 NVL", nvlink_active_links=4), [[1], [0], [3], [2]])],
         engine_version="0.20.0", tensor_parallel_size=2)).result
-    assert two["engine"]["nvlink"] is True
+    assert two["engine"]["fully_connected"] is True
 
 
 def test_two_gpus_without_peer_to_peer_access_capture_nccl_s_all_reduce(tmp_path):
@@ -225,6 +228,20 @@ def test_two_gpus_without_peer_to_peer_access_capture_nccl_s_all_reduce(tmp_path
     closed, open_, unknown = budget([[], []]), budget([[1], [0]]), budget([None, None])
     assert (closed["engine"]["p2p"], open_["engine"]["p2p"], unknown["engine"]["p2p"]) == (False, True, None)
     assert closed["budget_bytes"]["cudagraph"] > open_["budget_bytes"]["cudagraph"] == unknown["budget_bytes"]["cudagraph"]
+
+
+def test_a_node_group_s_launch_is_multi_node(tmp_path):
+    """The serve role launches a node group with nnodes = its size, and vLLM turns its custom all-reduce off for
+    nnodes > 1: two nodes of two L40S each capture NCCL's all-reduce in their graphs."""
+    bf16 = sample_checkpoints.write(tmp_path / "bf16")
+    result = run_module(engine_budget.main, args([{"name": "bf16", "weights_dir": bf16}],
+                                                 gpus=devices(4, 44, 44, name="NVIDIA L40S"), engine_version="0.20.0",
+                                                 tensor_parallel_size=2, pipeline_parallel_size=2)).result
+    single = run_module(engine_budget.main, args([{"name": "bf16", "weights_dir": bf16}],
+                                                 gpus=devices(2, 44, 44, name="NVIDIA L40S"), engine_version="0.20.0",
+                                                 tensor_parallel_size=2)).result
+    assert result["engine"]["nnodes"] == 2 and single["engine"]["nnodes"] is None
+    assert engine_memory.nccl_in_graphs(2, result["engine"]) and not engine_memory.nccl_in_graphs(2, single["engine"])
 
 
 def test_other_processes_on_the_gpu_reach_an_engine_that_measures_device_wide(tmp_path):
