@@ -152,8 +152,7 @@ def engine_of(case, settings, entries=None):
     if v0_engine(case):
         engine["v0_engine"] = True
     # the engine's environment, where the run's deployment sets variables the budget models
-    from_environment, honoured = engine_memory.environment_settings(engine["version"], settings.get("environment"))
-    engine.update(from_environment, environment=",".join(honoured) or None)
+    engine.update(engine_memory.engine_environment(engine["version"], settings.get("environment")))
     if settings.get("moe_backend"):     # only where the engine's log (or the write-up quoting it) names it
         engine["moe_backend"] = settings["moe_backend"]
     # where the run set them, or its log or install says

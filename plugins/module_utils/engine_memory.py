@@ -873,6 +873,13 @@ def environment_settings(version, environment):
     return settings, honoured
 
 
+def engine_environment(version, environment):
+    """The budget settings the engine's environment decides (environment_settings) with ``environment``, the honoured
+    variables as one text for the calibration key (None when none is)."""
+    settings, honoured = environment_settings(version, environment)
+    return dict(settings, environment=",".join(honoured) or None)
+
+
 def _integer(value):
     try:
         return int(str(value).strip())

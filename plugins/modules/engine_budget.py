@@ -540,8 +540,7 @@ def engine_settings(params, from_config):
     """What budget.plan models of the engine; the GPU model names the calibration key. from_config: the settings
     engine_memory.config_settings read in the engine's further config."""
     gpus = params["gpus"]
-    from_environment, honoured = engine_memory.environment_settings(params["engine_version"],
-                                                                    params["engine_environment"])
+    from_environment = engine_memory.engine_environment(params["engine_version"], params["engine_environment"])
     return dict({k: v for k, v in from_config.items() if k != "block_size"}, **from_environment, **{
         "version": params["engine_version"], "platform": params["engine_platform"],
         "gpu_name": gpus[0].get("name") if gpus else None, "nvlink": nvlink_connected(tensor_parallel_gpus(params)),
@@ -554,7 +553,7 @@ def engine_settings(params, from_config):
         "flashinfer_sampler": engine_memory.flashinfer_sampler(params["engine_version"], params["engine_environment"],
                                                                params["flashinfer_installed"]),
         "runtime_overhead_gib": params["runtime_overhead_gib"], "model_id": params["model_id"],
-        "calibration_entries": params["calibration_entries"], "environment": ",".join(honoured) or None,
+        "calibration_entries": params["calibration_entries"],
     })
 
 
