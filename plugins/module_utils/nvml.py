@@ -180,8 +180,8 @@ def _peers(pynvml, count, caps_index):
         return [None] * count
     try:
         handles = [pynvml.nvmlDeviceGetHandleByIndex(index) for index in range(count)]
-        return [[other for other in range(count) if other != index and _p2p_ok(pynvml, query, handle, handles[other],
-                                                                                caps_index)]
+        return [[other for other, peer in enumerate(handles)
+                 if other != index and _p2p_ok(pynvml, query, handle, peer, caps_index)]
                 for index, handle in enumerate(handles)]
     except pynvml.NVMLError:
         return [None] * count
