@@ -144,9 +144,11 @@ def read_pynvml(pynvml):
                 devices.append(_read_device(pynvml, index))
             except pynvml.NVMLError as err:
                 raise _fault_for(pynvml, err, "GPU %d" % index) from err
+        handles = _handles(pynvml, count)
         for fact, caps in PEER_FACTS:
-            for device, peers in zip(devices, _peers(pynvml, count, getattr(pynvml, caps))):
-                device[fact] = peers
+            peers = _peers(pynvml, handles, getattr(pynvml, caps)) if handles is not None else [None] * count
+            for device, reach in zip(devices, peers):
+                device[fact] = reach
         host["devices"] = devices
         return host
     finally:
@@ -171,20 +173,27 @@ def _nvlink_active_links(pynvml, handle):
     return active
 
 
-def _peers(pynvml, count, caps_index):
+def _handles(pynvml, count):
+    """Every GPU's handle, for the pairwise queries; None where one cannot be had (the peer facts are then unknown)."""
+    try:
+        return [pynvml.nvmlDeviceGetHandleByIndex(index) for index in range(count)]
+    except pynvml.NVMLError:
+        return None
+
+
+def _peers(pynvml, handles, caps_index):
     """Per GPU, the indices of the GPUs NVML's P2P status answers OK for, for one capability (caps_index); None for
     every GPU where this NVML cannot answer (no such query, or an error: the fact is optional, the budget then goes
     by the links or the board's name)."""
     query = getattr(pynvml, "nvmlDeviceGetP2PStatus", None)
     if query is None:
-        return [None] * count
+        return [None] * len(handles)
     try:
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(index) for index in range(count)]
         return [[other for other, peer in enumerate(handles)
                  if other != index and _p2p_ok(pynvml, query, handle, peer, caps_index)]
                 for index, handle in enumerate(handles)]
     except pynvml.NVMLError:
-        return [None] * count
+        return [None] * len(handles)
 
 
 def _p2p_ok(pynvml, query, handle, other, caps_index):

@@ -540,12 +540,12 @@ def engine_settings(params, from_config):
     """What budget.plan models of the engine; the GPU model names the calibration key. from_config: the settings
     engine_memory.config_settings read in the engine's further config."""
     gpus = params["gpus"]
+    group = (gpus or [])[:tensor_parallel_size(params)]      # one tensor-parallel group's GPUs
     from_environment = engine_memory.engine_environment(params["engine_version"], params["engine_environment"])
     return dict({k: v for k, v in from_config.items() if k != "block_size"}, **from_environment, **{
         "version": params["engine_version"], "platform": params["engine_platform"],
-        "gpu_name": gpus[0].get("name") if gpus else None, "nvlink": nvlink_connected(tensor_parallel_gpus(params)),
-        "fully_connected": every_pair(tensor_parallel_gpus(params), "nvlink_peers"),
-        "p2p": every_pair(tensor_parallel_gpus(params), "p2p_peers"),
+        "gpu_name": gpus[0].get("name") if gpus else None, "nvlink": nvlink_connected(group),
+        "fully_connected": every_pair(group, "nvlink_peers"), "p2p": every_pair(group, "p2p_peers"),
         # a node group's launch: vLLM turns its custom all-reduce off for nnodes > 1
         "nnodes": params["pipeline_parallel_size"] if (params["pipeline_parallel_size"] or 1) > 1 else None,
         "max_num_batched_tokens": params["max_num_batched_tokens"], "enforce_eager": params["enforce_eager"],
@@ -557,11 +557,9 @@ def engine_settings(params, from_config):
     })
 
 
-def tensor_parallel_gpus(params):
-    """The GPUs of one tensor-parallel group: the first tensor_parallel_size (else one pipeline stage's share)."""
-    gpus = params["gpus"] or []
-    tp = params["tensor_parallel_size"] or len(gpus) // max(1, params["pipeline_parallel_size"] or 1)
-    return gpus[:max(1, tp)]
+def tensor_parallel_size(params):
+    """The tensor-parallel size: the option, else one pipeline stage's share of the GPUs (at least 1)."""
+    return params["tensor_parallel_size"] or max(len(params["gpus"] or []) // max(params["pipeline_parallel_size"] or 1, 1), 1)
 
 
 def every_pair(gpus, fact):
@@ -676,7 +674,7 @@ def main():
         module.fail_json(msg="engine_budget: engine_config: %s" % "; ".join(problems), status=BAD_INPUT)
     for warning in warnings:
         module.warn("engine_budget: engine_config: %s" % warning)
-    tp = params["tensor_parallel_size"] or max(len(gpus) // max(params["pipeline_parallel_size"], 1), 1)
+    tp = tensor_parallel_size(params)
     mtp_drafts = engine_memory.speculative_method(from_config) == engine_memory.MTP_METHOD
     inspected, tiers = inspect_tiers(params["tiers"], tp, params["model_config"],
                                      engine_memory.loads_mtp(from_config, params["load_mtp"]), mtp_drafts)
