@@ -87,6 +87,21 @@ KNOWN_MODEL_TYPES = (
     "gemma4", "gemma4_text",
 )
 
+# The class-name endings transformers and vLLM give an architecture; what precedes them names the family.
+ARCHITECTURE_ENDINGS = ("ForConditionalGeneration", "ForCausalLM", "LMHeadModel", "Model")
+
+# Families whose transformers config class leaves the output embedding untied when config.json says nothing
+# (tie_word_embeddings=False in their configuration_*.py, transformers 5.19); PretrainedConfig's own default, and so
+# every other family's (Gemma, Cohere, Falcon, OPT, GPT-2 ...), ties it. A multimodal config's text model decides:
+# vLLM builds the language model from text_config (mistral3: Mistral-Small-3.1 loads 44.76 GiB, its lm_head apart).
+UNTIED_FAMILIES = (
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_next", "phi", "phi3",
+    "deepseek_v2", "deepseek_v3", "kimi_k2", "gpt_oss", "granite", "granitemoe", "granitemoehybrid", "glm4",
+    "glm4_moe", "olmo2", "olmoe", "gpt_neox", "gptj", "nemotron_h", "jamba", "hunyuan_v1_moe", "hunyuan_v1_dense",
+    "minimax_m2", "exaone4", "dbrx", "mllama", "llama4", "llama4_text", "llava", "mistral3", "qwen2_vl",
+    "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text",
+)
+
 LAYER_FULL, LAYER_SLIDING, LAYER_LINEAR = "full_attention", "sliding_attention", "linear_attention"
 LAYER_NONE = "no_cache"     # a layer without attention or state (Nemotron-H's MLP-only and MoE-only layers)
 LAYER_KV_SHARED = kv_layout.KV_SHARED    # attention over an earlier layer's cache, none of its own (Gemma 4)
@@ -201,8 +216,12 @@ def model_profile(config, source="config.json"):
 
 
 def _model_profile(config, source):
-    reader = _Reader(_text_config(config), source, outer=config)
     architecture = (config.get("architectures") or [None])[0]
+    config, named = _with_family(config, architecture)
+    reader = _Reader(_text_config(config), source, outer=config)
+    if named:
+        reader.warnings.append("model_type missing: read as the %s family its architecture %s names"
+                               % (named, architecture))
     model_type = config.get("model_type") or reader.config.get("model_type")
     known = reader.known
     if not known:
@@ -224,7 +243,7 @@ def _model_profile(config, source):
             default=4 * hidden),
         "vocab_size": reader.positive("vocab_size"),
         # transformers' PretrainedConfig default when the file is silent (Gemma relies on it)
-        "tie_word_embeddings": bool(reader.value("tie_word_embeddings", default=True)),
+        "tie_word_embeddings": bool(reader.value("tie_word_embeddings", default=_tied_by_default(reader))),
         "num_attention_heads": heads,
         "num_key_value_heads": (blocks["num_key_value_heads"] if blocks
                                 else reader.positive("num_key_value_heads", default=_default_kv_heads(reader, heads))),
@@ -266,6 +285,31 @@ def _model_profile(config, source):
 
 # Where multimodal configs nest their language model: text_config in transformers' own classes, llm_config in
 # InternVL's and Ovis's remote code, language_config in DeepSeek-VL2's.
+def _with_family(config, architecture):
+    """(config, family): a config that names no model_type (a trimmed or hand-written config.json) takes the known
+    family its architecture's class spells, compared without case and underscores (Qwen3MoeForCausalLM: qwen3_moe,
+    MiniMaxM2ForCausalLM: minimax_m2), since vLLM picks its implementation by the architecture; family is None
+    where the config names one or no known family matches."""
+    text = _text_config(config)
+    if config.get("model_type") or text.get("model_type") or not isinstance(architecture, str):
+        return config, None
+    stem = architecture
+    for ending in ARCHITECTURE_ENDINGS:
+        if stem.endswith(ending) and len(stem) > len(ending):
+            stem = stem[:-len(ending)]
+            break
+    spelled = {family.replace("_", "").lower(): family for family in KNOWN_MODEL_TYPES}
+    family = spelled.get(stem.replace("_", "").lower())
+    return (dict(config, model_type=family), family) if family else (config, None)
+
+
+def _tied_by_default(reader):
+    """What a config silent on tie_word_embeddings means: its class's default (UNTIED_FAMILIES), the text model's
+    family first."""
+    family = reader.config.get("model_type") or reader.layers[-1].get("model_type")
+    return family not in UNTIED_FAMILIES
+
+
 LANGUAGE_CONFIG_FIELDS = ("text_config", "llm_config", "language_config")
 
 
@@ -301,7 +345,11 @@ class _Reader:
     @property
     def known(self):
         """Whether the family's reading is known: the top level's or the text config's model_type is listed."""
-        return any(layer.get("model_type") in KNOWN_MODEL_TYPES for layer in self.layers)
+        return self.family_in(KNOWN_MODEL_TYPES)
+
+    def family_in(self, families):
+        """Whether the text config's or the top level's model_type is one of families."""
+        return any(layer.get("model_type") in families for layer in self.layers)
 
     def value(self, field, default=None, required=False):
         for layer in self.layers:
@@ -442,7 +490,7 @@ def _context(reader):
         return 2048                                      # vLLM's own assumption when none is given
     derived = min(lengths)
     rope = reader.config.get("rope_scaling") or reader.config.get("rope_parameters")
-    if isinstance(rope, dict) and "gemma3" not in (reader.config.get("model_type") or ""):
+    if isinstance(rope, dict) and not any("gemma3" in (layer.get("model_type") or "") for layer in reader.layers):
         rope_type = rope.get("rope_type") or rope.get("type") or "default"
         if rope_type not in ROPE_TYPES_NOT_SCALED:
             if rope_type == "yarn" and rope.get("original_max_position_embeddings"):
@@ -465,7 +513,7 @@ def _moe(reader, layers):
     if shared is None:
         # Qwen2-MoE spells one shared expert by its size alone; Llama 4 always has one (vLLM llama4.py
         # n_shared_experts = 1); most others have none.
-        shared = 1 if shared_size or reader.config.get("model_type") in LLAMA4_TYPES else 0
+        shared = 1 if shared_size or reader.family_in(LLAMA4_TYPES) else 0
     shared_size = shared_size or per_expert
     return {
         "num_experts": experts,
@@ -554,7 +602,7 @@ def _layer_types(reader, layers):
     elif window and cfg.get("sliding_window_pattern"):  # Gemma 3: every Nth layer is global
         every = cfg["sliding_window_pattern"]
         kinds = [LAYER_FULL if (i + 1) % every == 0 else LAYER_SLIDING for i in range(layers)]
-    elif window and cfg.get("model_type") == "gemma2":   # Gemma 2 alternates, sliding first
+    elif window and reader.family_in(("gemma2",)):    # Gemma 2 alternates, sliding first
         kinds = [LAYER_SLIDING if i % 2 == 0 else LAYER_FULL for i in range(layers)]
     elif cfg.get("attn_layer_period") and cfg.get("attn_layer_offset") is not None:   # Jamba: one attention layer a period
         period, offset = cfg["attn_layer_period"], cfg["attn_layer_offset"]
