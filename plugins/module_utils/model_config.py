@@ -115,8 +115,9 @@ LAYER_KIND = {
     "-": LAYER_NONE, "E": LAYER_NONE, "mlp": LAYER_NONE, "moe": LAYER_NONE,
 }
 # Nemotron-H's layers each hold one block: mixer ('M', '*') or MLP ('-' dense, 'E' MoE); profile["mlp_layers"].
+# Its transformers 5 configs spell the blocks as words in layers_block_type (Nemotron-3 Ultra, Nemotron-3.5).
 MLP_DENSE, MLP_MOE = "dense", "moe"
-NEMOTRON_MLP = {"-": MLP_DENSE, "E": MLP_MOE}
+NEMOTRON_MLP = {"-": MLP_DENSE, "E": MLP_MOE, "mlp": MLP_DENSE, "moe": MLP_MOE}
 UNGATED_ACTIVATIONS = ("relu2",)
 # Families whose MLP is two matrices (up, down) whatever the activation is called: GPT-2 / GPT-J / NeoX, OPT,
 # Falcon, BLOOM, Phi-1/2, StarCoder / StarCoder2, MPT (their vLLM classes hold fc1 / fc2 or c_fc / c_proj).
@@ -229,7 +230,10 @@ def _model_profile(config, source):
             "unknown architecture %s (model_type %s): read as a generic dense decoder"
             % (architecture, model_type))
     hidden = reader.positive("hidden_size")
-    layers = reader.positive("num_hidden_layers")
+    spelled = reader.config.get("layers_block_type")
+    # transformers 5's Nemotron-H config derives the count from its block list and may leave the field out
+    layers = reader.positive("num_hidden_layers", default=len(spelled) if isinstance(spelled, list) and spelled
+                             else None)
     heads = reader.positive("num_attention_heads")
     blocks = _block_configs(reader, layers, hidden, heads)    # DeciLM: per-layer blocks, the top level's sizes null
     profile = {
@@ -264,9 +268,9 @@ def _model_profile(config, source):
         profile["mlp_sizes"] = blocks["mlp_sizes"]
     _gemma4(reader, profile)
     profile["mlp_activation"] = reader.config.get("mlp_hidden_act") or reader.config.get("hidden_act")
-    pattern = reader.config.get("hybrid_override_pattern")
-    if isinstance(pattern, str) and len(pattern) == layers:
-        profile["mlp_layers"] = [NEMOTRON_MLP.get(block) for block in pattern]
+    blocks = _spelled_blocks(reader.config, layers)
+    if blocks and any(block in NEMOTRON_MLP for block in blocks):
+        profile["mlp_layers"] = [NEMOTRON_MLP.get(block) for block in blocks]
     profile["linear_state"] = _linear_state(reader.config, hidden) if LAYER_LINEAR in profile["layer_types"] else None
     if LAYER_LINEAR in profile["layer_types"] and profile["linear_state"] is None:
         reader.warnings.append("linear-attention/mamba state fields not recognised: those layers are counted with the "
@@ -620,6 +624,15 @@ def _layer_types(reader, layers):
     else:
         kinds = [LAYER_FULL] * layers
     return kinds, (window if LAYER_SLIDING in kinds else None)
+
+
+def _spelled_blocks(cfg, layers):
+    """Nemotron-H's block a layer, as hybrid_override_pattern's letters or layers_block_type's words; None when the
+    config spells neither for every layer."""
+    for blocks in (cfg.get("hybrid_override_pattern"), cfg.get("layers_block_type")):
+        if isinstance(blocks, (str, list)) and len(blocks) == layers:
+            return list(blocks)
+    return None
 
 
 def _default_kv_heads(reader, heads):

@@ -379,6 +379,19 @@ def test_a_latent_moe_counts_its_experts_at_the_latent_width():
     assert engine_memory.moe_workspace_parts(wide, 1, settings)[0] > 1.15 * latent
 
 
+def test_nemotron_h_blocks_spelled_as_words_read_as_the_pattern():
+    """transformers 5's Nemotron-H configs (Nemotron-3 Ultra, Nemotron-3.5) spell each layer's block as a word in
+    layers_block_type and may leave num_hidden_layers out: the same model as the letters give (read as words, every
+    layer took experts and Nemotron-3.5-Lightning-30B-A3B counted 69B; Ultra's config failed to read)."""
+    words = {"M": "mamba", "E": "moe", "*": "attention", "-": "mlp"}
+    spelled = {k: v for k, v in NEMOTRON_3_SUPER.items() if k not in ("hybrid_override_pattern", "num_hidden_layers")}
+    spelled["layers_block_type"] = [words[block] for block in NEMOTRON_3_SUPER["hybrid_override_pattern"]]
+    letters, worded = model_profile(NEMOTRON_3_SUPER), model_profile(spelled)
+    assert worded["num_hidden_layers"] == 88 and worded["status"] == "read"
+    for field in ("params", "layer_types", "mlp_layers", "linear_state"):
+        assert worded[field] == letters[field], field
+
+
 # https://huggingface.co/nvidia/Llama-3_3-Nemotron-Super-49B-v1/blob/main/config.json: its 80 block_configs as
 # (n_heads_in_group, 0 where the attention is no_op; ffn_mult); no block is replaced by a linear layer.
 NEMOTRON_SUPER_49B_BLOCKS = (
