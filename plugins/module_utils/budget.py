@@ -80,16 +80,18 @@ def validate_profile(profile):
 
 
 def effective_bits(bits, quantization):
-    """Bits a quantized weight really takes: the value plus its group scale (and zero point) when
-    weights are quantized in groups (GPTQ/AWQ int4: 4 + 16/128 + 4/128), or its one 8-bit scale per block
-    when they are 4-bit floats (MXFP4: 4 + 8/32; NVFP4: 4 + 8/16)."""
+    """Bits a quantized weight really takes: the value plus its group scale and zero point when
+    weights are quantized in groups (GPTQ/AWQ int4: 4 + 16/128 + 4/128; symmetric compressed-tensors groups have
+    no zero point: 4 + 16/32 for Kimi-K2's experts), or its one 8-bit scale per block when they are 4-bit floats
+    (MXFP4: 4 + 8/32; NVFP4: 4 + 8/16)."""
     quantization = quantization or {}
     group = quantization.get("group_size") or 0
     if bits < 8 and quantization.get("bits") == bits and quantization.get("weight_type") == "float":
         block = group if isinstance(group, int) and group > 0 else FLOAT4_BLOCK.get(quantization.get("method"), 32)
         return bits + 8.0 / block
     if bits < 8 and isinstance(group, int) and group > 0:
-        return bits + (16.0 + bits) / group
+        zero_point = 0 if quantization.get("zero_point") is False else bits
+        return bits + (16.0 + zero_point) / group
     return float(bits)
 
 
@@ -178,9 +180,25 @@ def unquantized_bytes(bits):
 
 
 def _unquantized_params(params):
-    """What every quantized checkpoint keeps in 16 bits: the embeddings (and an untied LM head) and the vision
-    tower, which quantizers leave out."""
-    return (params.get("embedding") or 0) + (params.get("vision") or 0)
+    """What every quantized checkpoint keeps in 16 bits: the embeddings (and an untied LM head), the vision
+    tower, which quantizers leave out, and the MoE routers (vLLM builds them without a quantization method)."""
+    return (params.get("embedding") or 0) + (params.get("vision") or 0) + (params.get("router") or 0)
+
+
+def tp_replicated_excess_bytes(profile, bits, tp):
+    """What the modules vLLM holds whole on every tensor-parallel rank (profile params replicated_attention: MLA's
+    down-projections and indexer; router) add to one rank beyond its 1/tp share: the attention's at the tier's
+    bytes, or 16 bits where the quantizer kept the attention (Kimi-K2's experts-only int4), the routers at 16."""
+    params = profile["params"]
+    if tp <= 1:
+        return 0
+    ignored = [name.lower() for name in (profile.get("quantization") or {}).get("ignored_layers") or []]
+    kept = _kept_shares(profile, ignored).get("attention", 0) if bits < 16 and ignored else 0
+    quantized = effective_bits(bits, profile.get("quantization")) / 8 if bits < 16 else unquantized_bytes(bits)
+    attention_bytes = kept * unquantized_bytes(bits) + (1 - kept) * quantized
+    whole = (params.get("replicated_attention") or 0) * attention_bytes \
+        + (params.get("router") or 0) * unquantized_bytes(bits)
+    return int(whole - whole / tp)
 
 
 def replicated_vision_bytes(profile, tp, bits):
@@ -193,13 +211,15 @@ def replicated_vision_bytes(profile, tp, bits):
 
 def nominal_weight_bytes_per_rank(profile, bits, tp, load_mtp):
     """The floor of one rank's weights from the parameter counts: every expert is resident, the
-    embeddings and lm_head, a vision tower and the modules a quantizer left out (kept_16bit_params) stay
-    16 bit, everything split by tp but a tower vLLM replicates (replicated_vision_bytes)."""
+    embeddings and lm_head, the routers, a vision tower and the modules a quantizer left out (kept_16bit_params)
+    stay 16 bit, everything split by tp but what vLLM replicates (replicated_vision_bytes,
+    tp_replicated_excess_bytes)."""
     params = profile["params"]
     total = params["total"] + (params.get("mtp") or 0 if load_mtp else 0)
     kept = min(_unquantized_params(params) + kept_16bit_params(profile, bits), total)
     quantized = (total - kept) * effective_bits(bits, profile.get("quantization")) / 8
-    return int((quantized + kept * unquantized_bytes(bits)) // tp) + replicated_vision_bytes(profile, tp, bits)
+    return int((quantized + kept * unquantized_bytes(bits)) // tp) + replicated_vision_bytes(profile, tp, bits) \
+        + tp_replicated_excess_bytes(profile, bits, tp)
 
 
 def pp_partition(num_layers, pp):
@@ -224,6 +244,7 @@ def stage_shares(profile, pp, load_mtp):
     vocab_matrix = profile["vocab_size"] * profile["hidden_size"]
     every_stage = (params.get("vision") or 0) + (profile.get("per_layer_input_params") or 0)
     per_layer = (params["total"] - params["embedding"] - (params.get("vision") or 0)) / float(layers)
+    routers_per_layer = (params.get("router") or 0) / float(layers)     # within per_layer, kept 16-bit
     mtp = (params.get("mtp") or 0) if load_mtp else 0
     types = profile.get("layer_types") or [kv_layout.FULL] * layers
     shares, start = [], 0
@@ -232,6 +253,7 @@ def stage_shares(profile, pp, load_mtp):
         shares.append({"stage": stage, "layers": count, "first_layer": start,
                        "layer_types": list(types[start:start + count]), "last": last,
                        "params": count * per_layer + (mtp if last else 0),
+                       "routers": count * routers_per_layer,
                        "params_16bit": every_stage + (vocab_matrix if stage == 0 else 0) + (vocab_matrix if last else 0)})
         start += count
     return shares
@@ -239,13 +261,16 @@ def stage_shares(profile, pp, load_mtp):
 
 def stage_weight_bytes(profile, bits, tp, share, load_mtp):
     """(nominal bytes of one rank of this stage, its fraction of the whole model's nominal bytes): the
-    quantized layers at the tier's bits, embedding, LM head and a vision tower at 16 bits, as
+    quantized layers at the tier's bits, embedding, LM head, routers and a vision tower at 16 bits, as
     nominal_weight_bytes_per_rank."""
-    kept = kept_16bit_params(profile, bits, range(share["first_layer"], share["first_layer"] + share["layers"]))
+    kept = kept_16bit_params(profile, bits, range(share["first_layer"], share["first_layer"] + share["layers"])) \
+        + share.get("routers", 0)
     stage = ((share["params"] - kept) * effective_bits(bits, profile.get("quantization")) / 8
              + (kept + share["params_16bit"]) * unquantized_bytes(bits))
     whole = nominal_weight_bytes_per_rank(profile, bits, 1, load_mtp)
-    return int(stage // tp) + replicated_vision_bytes(profile, tp, bits), stage / float(whole)
+    layers_share = share["layers"] / float(profile["num_hidden_layers"])
+    return (int(stage // tp) + replicated_vision_bytes(profile, tp, bits)
+            + int(tp_replicated_excess_bytes(profile, bits, tp) * layers_share), stage / float(whole))
 
 
 def check_pipeline_parallel(profile, pp, tp, gpu_count):

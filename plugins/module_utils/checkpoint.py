@@ -51,7 +51,8 @@ _PACKED_SUFFIX = ".qweight"               # GPTQ/AWQ: int32 words holding 32/bit
 _REPLICATED_RE = re.compile(r"(norm|layernorm)\.(weight|bias)$|"
                             r"\.(router\.gate|mlp\.gate|block_sparse_moe\.gate)\.weight$|"
                             r"(expert_bias|e_score_correction_bias)$|"
-                            r"\.(q_a_proj|kv_a_proj_with_mqa|eh_proj)\.")
+                            r"\.(q_a_proj|kv_a_proj_with_mqa|eh_proj)\.|"
+                            r"\.indexer\.(wq_b|wk|weights_proj)\.")      # DeepSeek-V3.2 / GLM-5's (ReplicatedLinear)
 # ... these are split by vocabulary rows (VocabParallelEmbedding / ParallelLMHead) ...
 _VOCAB_RE = re.compile(r"(embed_tokens|lm_head|shared_head\.head|wte)\.")
 # ... these hold KV heads: split by head, but never below one head per rank ...

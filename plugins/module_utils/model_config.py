@@ -420,8 +420,8 @@ def _vision(config, text_hidden, warnings):
 # A vision tower's fields under the names its families give them, the first present winning: Qwen2-VL names its
 # width embed_dim (its hidden_size is the language model's), towers their depth depth or num_hidden_layers, and
 # Llama 3.2 Vision adds num_global_layers to its local ones.
-VISION_WIDTH_FIELDS = ("embed_dim", "hidden_size", "width")
-VISION_DEPTH_FIELDS = ("depth", "num_hidden_layers", "num_layers", "layers")
+VISION_WIDTH_FIELDS = ("embed_dim", "hidden_size", "width", "vt_hidden_size")           # vt_: Kimi-K2.5's MoonViT
+VISION_DEPTH_FIELDS = ("depth", "num_hidden_layers", "num_layers", "layers", "vt_num_hidden_layers")
 # SwiGLU towers (Qwen2.5-VL, Pixtral, GLM-4V) declare silu, and Gemma 4's tower is gated GELU (vLLM gemma4_mm.py
 # packs its gate_proj and up_proj); the other GELU ones (SigLIP, Qwen2/3-VL, Llama 4, MoonViT, InternViT, Mllama)
 # have a two-matrix MLP.
@@ -451,14 +451,17 @@ def vision_tower_params(config, text_hidden):
         return 0
     depth += vision.get("num_global_layers") or 0
     ratio = vision.get("mlp_ratio")
-    intermediate = vision.get("intermediate_size") or int(width * (ratio if isinstance(ratio, (int, float)) else 4))
+    intermediate = (vision.get("intermediate_size") or vision.get("vt_intermediate_size")
+                    or int(width * (ratio if isinstance(ratio, (int, float)) else 4)))
     gated = (str(vision.get("hidden_act") or "").lower() in GATED_VISION_ACTIVATIONS
              or vision.get("model_type") in GATED_VISION_TYPES)
     matrices = 3 if gated else 2
     layer = 4 * width * width + matrices * width * intermediate + 4 * width
     patch = vision.get("patch_size") if isinstance(vision.get("patch_size"), int) else 14
     embedding = (vision.get("num_channels") or 3) * (vision.get("temporal_patch_size") or 1) * patch * patch * width
-    merge = vision.get("spatial_merge_size") or config.get("spatial_merge_size") or 1
+    kernel = vision.get("merge_kernel_size")                     # Kimi-K2.5: [2, 2]
+    merge = (vision.get("spatial_merge_size") or config.get("spatial_merge_size")
+             or (kernel[0] if isinstance(kernel, list) and kernel and isinstance(kernel[0], int) else 1))
     return int(depth * layer + embedding + width * merge * merge * text_hidden)
 
 
@@ -582,7 +585,7 @@ def _sparse_indexer(cfg, layers):
         offset = 2 if cfg.get("index_skip_topk_offset") is None else cfg["index_skip_topk_offset"]
         indexed = sum(1 for i in range(layers) if max(i - offset + 1, 0) % every == 0)
     return {"bytes_per_token": head + head // kv_layout.INDEXER_QUANT_BLOCK * 4, "indexed_layers": indexed,
-            "layers": layers}
+            "layers": layers, "head_dim": head, "heads": cfg.get("index_n_heads") or 0}
 
 
 def _config_sliding_window(cfg):
@@ -773,11 +776,14 @@ def quantization(config):
     group_size = config.get("group_size") or config.get("q_group_size")
     weight_type = "float" if method in FLOAT4_BLOCK else None
     activation_scheme = config.get("activation_scheme")
+    zero_point = None                  # unknown: GPTQ and AWQ files hold qzeros whether or not they are symmetric
     for group in (config.get("config_groups") or {}).values():   # compressed-tensors
         weights = (group or {}).get("weights") or {}
         bits = bits or weights.get("num_bits")
         group_size = group_size or weights.get("group_size")
         weight_type = weight_type or weights.get("type")
+        if weights.get("symmetric") is True:
+            zero_point = False         # pack-quantized symmetric weights carry no weight_zero_point
         activations = (group or {}).get("input_activations")
         if activation_scheme is None and isinstance(activations, dict):
             activation_scheme = "dynamic" if activations.get("dynamic") else "static"
@@ -797,6 +803,7 @@ def quantization(config):
         "group_size": group_size or (list(block) if block else None),
         "weight_type": weight_type,     # "int" or "float" (4-bit floats carry one 8-bit scale a block)
         "activation_scheme": activation_scheme,     # "static" or "dynamic" activation scales, or None
+        "zero_point": zero_point,       # False: the groups have a scale and no zero point
         "ignored_layers": _names(config.get("ignored_layers") or config.get("modules_to_not_convert")
                                  or config.get("ignore") or config.get("exclude_modules")),
         "kv_cache_dtype": _checkpoint_kv_cache_dtype(config, method),
@@ -855,11 +862,27 @@ def attention_params(profile, kind=None):
         q = (hidden * q_lora + q_lora + q_lora * heads * qk_head) if q_lora else hidden * heads * qk_head
         kv_a = hidden * (mla["kv_lora_rank"] + mla["qk_rope_head_dim"]) + mla["kv_lora_rank"]
         kv_b = mla["kv_lora_rank"] * heads * (mla["qk_nope_head_dim"] + mla["v_head_dim"])
-        return q + kv_a + kv_b + heads * mla["v_head_dim"] * hidden
+        return q + kv_a + kv_b + heads * mla["v_head_dim"] * hidden + indexer_params(mla, hidden)
     shape = (profile.get("kv_shapes") or {}).get(kind) or {}
     head_dim = shape.get("head_dim") or profile["head_dim"]
     kv_heads = shape.get("num_key_value_heads") or profile["num_key_value_heads"]
     return 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+
+
+def indexer_params(mla, hidden):
+    """One layer's sparse-attention indexer (vLLM deepseek_v2.py Indexer, 0.19: wq_b from the q latent to its heads,
+    wk and weights_proj from the hidden state, k_norm's weight and bias); none for dense MLA."""
+    indexer = mla.get("indexer") or {}
+    head, heads = indexer.get("head_dim") or 0, indexer.get("heads") or 0
+    return (mla.get("q_lora_rank") or hidden) * heads * head + hidden * (head + heads) + 2 * head
+
+
+def mla_replicated_params(mla, hidden):
+    """One layer's MLA parameters every tensor-parallel rank holds whole: the down-projections (q_a_proj and
+    kv_a_proj_with_mqa, fused with disable_tp or ReplicatedLinear) and the indexer (ReplicatedLinear throughout;
+    vllm/model_executor/models/deepseek_v2.py, 0.19.0)."""
+    q_a = hidden * mla["q_lora_rank"] if mla.get("q_lora_rank") else 0
+    return q_a + hidden * (mla["kv_lora_rank"] + mla["qk_rope_head_dim"]) + indexer_params(mla, hidden)
 
 
 def gated_mlp_params(hidden, intermediate, matrices=3):
@@ -936,6 +959,11 @@ def mixer_params(profile):
     return attention + linear_layers * linear_mixer_params(profile), attention
 
 
+def _attention_layer_count(profile):
+    kinds = profile.get("layer_types") or [LAYER_FULL] * profile["num_hidden_layers"]
+    return sum(kinds.count(kind) for kind in ATTENTION_KINDS)
+
+
 def expert_width(profile):
     """The width the routed experts take in and give out: a latent MoE's latent, else hidden_size."""
     return (profile.get("moe") or {}).get("latent_size") or profile["hidden_size"]
@@ -982,6 +1010,11 @@ def count_params(profile):
     mtp_mlp = (moe_layer_params(profile, moe["num_experts"]) if moe
                else gated_mlp_params(hidden, profile["intermediate_size"], _mlp_matrices(profile)))
     mtp_layer = attention_params(profile) + mtp_mlp + 2 * hidden * hidden + 5 * hidden   # + eh_proj; 2 layer + 3 mtp norms
+    mla = profile.get("mla")
     return {"total": total, "active": active, "embedding": embedding, "attention": attention,
             "shared_experts": moe_layers * shared_expert_params(profile), "dense_mlp": dense_mlp,
-            "mtp": profile.get("num_nextn_predict_layers", 0) * mtp_layer, "vision": vision}
+            "mtp": profile.get("num_nextn_predict_layers", 0) * mtp_layer, "vision": vision,
+            # within the total, held whole on every tensor-parallel rank: MLA's down-projections and indexer on
+            # its attention layers, and the routers (GateLinear / ReplicatedLinear in vLLM's MoE models)
+            "replicated_attention": _attention_layer_count(profile) * mla_replicated_params(mla, hidden) if mla else 0,
+            "router": moe_layers * hidden * moe["num_experts"] if moe else 0}

@@ -130,6 +130,8 @@ def test_split_rule_by_tensor_name():
         "model.layers.3.input_layernorm.weight": "replicated", "model.layers.3.mlp.router.gate.weight": "replicated",
         "model.layers.3.mlp.gate.weight": "replicated", "model.layers.3.mlp.expert_bias": "replicated",
         "model.layers.3.self_attn.kv_a_proj_with_mqa.weight": "replicated",
+        "model.layers.3.self_attn.indexer.wq_b.weight": "replicated", "model.layers.3.self_attn.indexer.wk.weight_scale_inv":
+        "replicated", "model.layers.3.self_attn.indexer.weights_proj.weight": "replicated",
         "model.layers.3.self_attn.k_proj.weight": "kv", "model.layers.3.self_attn.v_proj.qweight": "kv",
         "model.layers.3.self_attn.q_proj.weight": "split", "model.layers.3.mlp.experts.7.gate_proj.weight": "split",
         "model.layers.3.mlp.shared_mlp.down_proj.weight": "split", "model.layers.0.mlp.gate_proj.weight": "split",

@@ -229,7 +229,8 @@ def test_llama3_rope_keeps_the_context_and_gqa_reads_kv_heads():
 ])
 def test_sparse_attention_indexer_keys(fields, indexed):
     p = model_profile(dict(DEEPSEEK_V3, index_topk=2048, index_head_dim=128, index_n_heads=64, **fields))
-    assert p["mla"]["indexer"] == {"bytes_per_token": 132, "indexed_layers": indexed, "layers": 61}
+    assert p["mla"]["indexer"] == {"bytes_per_token": 132, "indexed_layers": indexed, "layers": 61, "head_dim": 128,
+                                   "heads": 64}
 
 
 def test_deepseek_mla_shared_experts_dense_first_layers_mtp_and_fp8():
@@ -240,10 +241,42 @@ def test_deepseek_mla_shared_experts_dense_first_layers_mtp_and_fp8():
     assert p["moe"]["dense_layers"] == [0, 1, 2] and p["num_nextn_predict_layers"] == 1
     assert p["max_position_embeddings"] == 4096 * 40        # yarn: original length x factor, as vLLM derives
     assert p["quantization"] == {"method": "fp8", "bits": 8, "group_size": [128, 128], "weight_type": None,
-                                 "activation_scheme": "dynamic", "ignored_layers": [],
+                                 "activation_scheme": "dynamic", "zero_point": None, "ignored_layers": [],
                                  "kv_cache_dtype": None}
     assert p["dtype"] == "bfloat16"                         # torch_dtype spelling
     assert within(p["params"]["mtp"], 11.5 * B, 0.01)       # unique MTP parameters (embedding and head shared)
+
+
+@pytest.mark.parametrize("indexer, loaded_gib", [({}, 79.74), ({"index_topk": 2048, "index_head_dim": 128,
+                                                                  "index_n_heads": 64}, 80.62)])
+def test_mla_down_projections_indexer_and_routers_are_whole_on_every_rank(indexer, loaded_gib):
+    """vLLM replicates MLA's q_a / kv_a projections, DeepSeek-V3.2's indexer and every MoE router over the tensor-
+    parallel group (deepseek_v2.py: disable_tp, ReplicatedLinear, GateLinear): a DeepSeek-R1-0528 rank at TP 8 on an
+    H200 loaded 79.74 GiB and DeepSeek-V3.2's 80.62 GiB (Red Hat sweep records), which 1/8 of the count put 1.4 and
+    2.3 GiB lower; the count stays a floor."""
+    p = model_profile(dict(DEEPSEEK_V3, **indexer))
+    params, hidden = p["params"], 7168
+    mla = hidden * 1536 + hidden * (512 + 64) + (1536 * 64 * 128 + hidden * (128 + 64) + 2 * 128 if indexer else 0)
+    assert params["replicated_attention"] == 61 * mla and params["router"] == 58 * hidden * 256
+    per_rank = budget.nominal_weight_bytes_per_rank(p, 8, 8, False)
+    whole = params["replicated_attention"] * 1 + params["router"] * 2             # fp8 attention, 16-bit routers
+    assert budget.tp_replicated_excess_bytes(p, 8, 8) == int(whole - whole / 8)
+    assert loaded_gib - 0.75 < per_rank / 2 ** 30 < loaded_gib
+    assert budget.tp_replicated_excess_bytes(p, 8, 1) == 0
+
+
+def test_symmetric_int4_groups_carry_no_zero_point():
+    """compressed-tensors pack-quantized symmetric groups store a scale and no weight_zero_point (Kimi-K2's int4
+    experts: 4 + 16/32 bits); GPTQ and AWQ files hold qzeros either way."""
+    groups = {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "group_size": 32}}}
+    for symmetric, bits in ((True, 4.5), (False, 4.625)):
+        groups["group_0"]["weights"]["symmetric"] = symmetric
+        quant = model_profile(dict(LLAMA_31_8B, quantization_config={"quant_method": "compressed-tensors",
+                                                                     "config_groups": groups}))["quantization"]
+        assert budget.effective_bits(4, quant) == bits
+    gptq = model_profile(dict(LLAMA_31_8B, quantization_config={"quant_method": "gptq", "bits": 4, "group_size": 128,
+                                                                "sym": True}))["quantization"]
+    assert budget.effective_bits(4, gptq) == 4 + 20 / 128
 
 
 def test_mixtral_expert_size_is_intermediate_size_and_has_no_shared_expert():
@@ -594,15 +627,16 @@ def test_quantization_configs():
     assert quantization({"quant_method": "fp8", "activation_scheme": "static",
                          "ignored_layers": ["lm_head", "model.embed_tokens"]}) == {
         "method": "fp8", "bits": 8, "group_size": None, "weight_type": None, "activation_scheme": "static",
-        "ignored_layers": ["lm_head", "model.embed_tokens"], "kv_cache_dtype": None}
+        "zero_point": None, "ignored_layers": ["lm_head", "model.embed_tokens"], "kv_cache_dtype": None}
     assert quantization({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False})["bits"] == 4
     assert quantization({"quant_method": "awq", "bits": 4, "group_size": 128, "modules_to_not_convert": ["gate"]}) == {
         "method": "awq", "bits": 4, "group_size": 128, "weight_type": None, "activation_scheme": None,
-        "ignored_layers": ["gate"], "kv_cache_dtype": None}
+        "zero_point": None, "ignored_layers": ["gate"], "kv_cache_dtype": None}
     ct = {"quant_method": "compressed-tensors", "ignore": ["lm_head"],
           "config_groups": {"group_0": {"weights": {"num_bits": 4, "group_size": 32, "type": "int"}}}}
     assert quantization(ct) == {"method": "compressed-tensors", "bits": 4, "group_size": 32, "weight_type": "int",
-                                "activation_scheme": None, "ignored_layers": ["lm_head"], "kv_cache_dtype": None}
+                                "activation_scheme": None, "zero_point": None, "ignored_layers": ["lm_head"],
+                                "kv_cache_dtype": None}
     # compressed-tensors names its activation scheme in each group (llm-compressor's FP8_DYNAMIC)
     ct_fp8 = {"quant_method": "compressed-tensors", "config_groups": {"group_0": {
         "weights": {"num_bits": 8, "type": "float"}, "input_activations": {"num_bits": 8, "dynamic": True}}}}
@@ -663,10 +697,11 @@ def test_mxfp4_weights_count_their_block_scales_and_the_attention_left_in_16_bit
     params = p["params"]
     attention = 24 * (2 * 2880 * 64 * 64 + 2 * 2880 * 8 * 64)
     assert params["attention"] == attention
-    kept = params["embedding"] + attention
+    kept = params["embedding"] + attention + params["router"]         # vLLM builds routers unquantized
     expected = (params["total"] - kept) * 4.25 / 8 + kept * 2
     assert abs(nominal_weight_bytes_per_rank(p, 4, 1, False) - expected) <= 1
-    assert abs(nominal_weight_bytes_per_rank(p, 4, 2, False) - expected / 2) <= 1
+    routers_whole_on_each_rank = params["router"] * 2 / 2
+    assert abs(nominal_weight_bytes_per_rank(p, 4, 2, False) - expected / 2 - routers_whole_on_each_rank) <= 1
     # pipeline stages price the kept attention the same way: their shares add up to the whole model
     from ansible_collections.hy3.fleet.plugins.module_utils.budget import stage_shares, stage_weight_bytes
     fractions = [stage_weight_bytes(p, 4, 1, share, False)[1] for share in stage_shares(p, 2, False)]
@@ -699,9 +734,14 @@ def test_the_modules_an_ignore_list_names_stay_16_bit(ignore, kept_families, lay
     assert params["shared_experts"] == 58 * 3 * 7168 * 2048 and params["dense_mlp"] == 3 * 3 * 7168 * 18432
     kept = sum(params[family] for family in kept_families) * layer_share
     assert abs(kept_16bit_params(p, 4) - kept) <= 1 and kept_16bit_params(p, 16) == 0
-    fixed = params["embedding"] + kept
+    fixed = params["embedding"] + kept + params["router"]
     expected = (params["total"] - fixed) * (4 + 20 / 32.0) / 8 + fixed * 2
-    assert abs(nominal_weight_bytes_per_rank(p, 4, 8, False) - expected / 8) <= 1
+    # MLA's down-projections and the routers are whole on each of the 8 ranks: at 16 bits where the list keeps the
+    # attention, at the int4 tier's bytes where it names one projection only
+    attention_bytes = 2 if "attention" in kept_families else (4 + 20 / 32.0) / 8
+    replicated = params["replicated_attention"] * (layer_share * 2 + (1 - layer_share) * (4 + 20 / 32.0) / 8
+                                                   if kept_families else attention_bytes) + params["router"] * 2
+    assert abs(nominal_weight_bytes_per_rank(p, 4, 8, False) - expected / 8 - replicated * 7 / 8) <= 2
 
 
 def test_counting_is_pure_and_reusable():
