@@ -185,6 +185,17 @@ def _unquantized_params(params):
     return (params.get("embedding") or 0) + (params.get("vision") or 0) + (params.get("router") or 0)
 
 
+def quantized_bytes(profile, bits, count, routed_experts):
+    """Bytes of count quantized parameters, routed_experts of them the routed experts', which a checkpoint may hold
+    in fewer bits than the rest (quantization expert_bits: DeepSeek-V4's FP4 experts, 4 + 8/32 bits, beside fp8)."""
+    quantization = profile.get("quantization") or {}
+    expert_bits = quantization.get("expert_bits")
+    if not expert_bits or expert_bits >= bits:
+        return count * effective_bits(bits, quantization) / 8
+    experts = min(routed_experts, count)
+    return (count - experts) * effective_bits(bits, quantization) / 8 + experts * (expert_bits + 8.0 / 32) / 8
+
+
 def tp_replicated_excess_bytes(profile, bits, tp):
     """What the modules vLLM holds whole on every tensor-parallel rank (profile params replicated_attention: MLA's
     down-projections and indexer; router) add to one rank beyond its 1/tp share: the attention's at the tier's
@@ -217,7 +228,7 @@ def nominal_weight_bytes_per_rank(profile, bits, tp, load_mtp):
     params = profile["params"]
     total = params["total"] + (params.get("mtp") or 0 if load_mtp else 0)
     kept = min(_unquantized_params(params) + kept_16bit_params(profile, bits), total)
-    quantized = (total - kept) * effective_bits(bits, profile.get("quantization")) / 8
+    quantized = quantized_bytes(profile, bits, total - kept, params.get("routed_experts") or 0)
     return int((quantized + kept * unquantized_bytes(bits)) // tp) + replicated_vision_bytes(profile, tp, bits) \
         + tp_replicated_excess_bytes(profile, bits, tp)
 
@@ -265,7 +276,8 @@ def stage_weight_bytes(profile, bits, tp, share, load_mtp):
     nominal_weight_bytes_per_rank."""
     kept = kept_16bit_params(profile, bits, range(share["first_layer"], share["first_layer"] + share["layers"])) \
         + share.get("routers", 0)
-    stage = ((share["params"] - kept) * effective_bits(bits, profile.get("quantization")) / 8
+    routed = (profile["params"].get("routed_experts") or 0) * share["layers"] / float(profile["num_hidden_layers"])
+    stage = (quantized_bytes(profile, bits, share["params"] - kept, routed)
              + (kept + share["params_16bit"]) * unquantized_bytes(bits))
     whole = nominal_weight_bytes_per_rank(profile, bits, 1, load_mtp)
     layers_share = share["layers"] / float(profile["num_hidden_layers"])

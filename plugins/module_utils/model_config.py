@@ -79,6 +79,8 @@ KNOWN_MODEL_TYPES = (
     # read right by the fields above (checked against published config.json files and model cards, stop 15)
     "hunyuan", "deepseek_v32", "glm_moe_dsa", "glm4_moe_lite", "minimax_m2", "step3p5", "mimo", "olmo2", "phi3",
     "nemotron_h_moe", "step3p7",
+    # DeepSeek-V4's compressed attention (_compressed_attention)
+    "deepseek_v4",
     # DeciLM's per-layer block_configs (_block_configs)
     "nemotron-nas",
     # the older families named by FIELD_ALIASES' other spellings and UNGATED_MODEL_TYPES
@@ -100,6 +102,7 @@ UNTIED_FAMILIES = (
     "glm4_moe", "olmo2", "olmoe", "gpt_neox", "gptj", "nemotron_h", "jamba", "hunyuan_v1_moe", "hunyuan_v1_dense",
     "minimax_m2", "exaone4", "dbrx", "mllama", "llama4", "llama4_text", "llava", "mistral3", "qwen2_vl",
     "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text",
+    "deepseek_v4",
 )
 
 LAYER_FULL, LAYER_SLIDING, LAYER_LINEAR = "full_attention", "sliding_attention", "linear_attention"
@@ -256,11 +259,14 @@ def _model_profile(config, source):
         "dtype": reader.value("dtype", default="bfloat16"),
         "moe": _moe(reader, layers),
         "mla": _mla(reader, layers),
+        "compressed_attention": _compressed_attention(reader.config, layers),
         "num_nextn_predict_layers": int(reader.value("num_nextn_predict_layers") or 0),   # absent: none
         "quantization": quantization(config.get("quantization_config")
-                                     or reader.config.get("quantization_config")),
+                                     or reader.config.get("quantization_config"), reader.value("expert_dtype")),
     }
-    profile["layer_types"], profile["sliding_window"] = _layer_types(reader, layers)
+    # V4 keeps its window beside every layer's compressed cache (kv_layout.compressed_layout): no sliding layers
+    profile["layer_types"], profile["sliding_window"] = (([LAYER_FULL] * layers, None)
+                                                         if profile["compressed_attention"] else _layer_types(reader, layers))
     # the window the config sets, whether or not the budget slides any layer by it (vLLM's get_sliding_window)
     profile["config_sliding_window"] = _config_sliding_window(reader.config)
     if blocks:
@@ -588,6 +594,37 @@ def _sparse_indexer(cfg, layers):
             "layers": layers, "head_dim": head, "heads": cfg.get("index_n_heads") or 0}
 
 
+def _compressed_attention(cfg, layers):
+    """DeepSeek-V4's attention (vLLM deepseek_v4, from 0.20): one 512-wide KV head a layer kept as a sliding window
+    and, where compress_ratios gives the layer a ratio over 1, compressed every ratio tokens (ratio 4 layers with a
+    lightning indexer); queries from a q_lora_rank latent, output through o_groups low-rank groups. None for other
+    configs. compress_ratios has one entry a decoder layer, then the MTP layers' (which keep the window alone)."""
+    ratios = cfg.get("compress_ratios")
+    if not isinstance(ratios, list) or len(ratios) < layers or not all(isinstance(r, int) for r in ratios):
+        return None
+    return {"ratios": ratios[:layers], "window": cfg.get("sliding_window") or 128, "head_dim": cfg.get("head_dim") or 512,
+            "index_head_dim": cfg.get("index_head_dim") or 128, "index_heads": cfg.get("index_n_heads") or 64,
+            "q_lora_rank": cfg.get("q_lora_rank") or 1024, "o_lora_rank": cfg.get("o_lora_rank") or 1024,
+            "o_groups": cfg.get("o_groups") or 8}
+
+
+def compressed_attention_params(compressed, hidden, heads, ratio):
+    """(parameters, those held whole on every tensor-parallel rank) of one V4 attention layer of this compress ratio
+    (vllm/models/deepseek_v4/attention.py and compressor.py, 0.32): fused_wqa_wkv (replicated), wq_b, wo_a, wo_b; a
+    compressor (replicated) over ratio > 1 layers, two windows wide at ratio 4; at ratio 4 the indexer's wq_b and
+    weights_proj (replicated) and its own compressor."""
+    head, q_lora = compressed["head_dim"], compressed["q_lora_rank"]
+    o_lora, groups = compressed["o_lora_rank"], compressed["o_groups"]
+    whole = hidden * (q_lora + head)
+    split = q_lora * heads * head + heads * head * o_lora + groups * o_lora * hidden
+    if ratio > 1:
+        whole += hidden * 2 * (2 if ratio == 4 else 1) * head
+    if ratio == 4:
+        index_head, index_heads = compressed["index_head_dim"], compressed["index_heads"]
+        whole += q_lora * index_heads * index_head + hidden * index_heads + hidden * 2 * 2 * index_head
+    return split + whole, whole
+
+
 def _config_sliding_window(cfg):
     """The sliding window the config sets: None where use_sliding_window says no (Qwen2), as vLLM reads it."""
     return cfg.get("sliding_window") if cfg.get("use_sliding_window", True) is not False else None
@@ -766,13 +803,15 @@ def _all_positive(values):
     return all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values.values())
 
 
-def quantization(config):
-    """quantization_config -> {method, bits, group_size, weight_type, activation_scheme, ignored_layers} or None
-    (unquantized)."""
+def quantization(config, outer_expert_dtype=None):
+    """quantization_config -> {method, bits, group_size, weight_type, activation_scheme, ignored_layers, ...} or None
+    (unquantized). outer_expert_dtype: the config's expert_dtype (DeepSeek-V4 names it beside, not in, the
+    quantization config)."""
     if not isinstance(config, dict) or not config:
         return None
     method = str(config.get("quant_method") or config.get("quantization_method") or "unknown").lower()
     bits = config.get("bits") or config.get("w_bit") or config.get("weight_bits")
+    config = dict(config, expert_dtype=config.get("expert_dtype") or outer_expert_dtype)
     group_size = config.get("group_size") or config.get("q_group_size")
     weight_type = "float" if method in FLOAT4_BLOCK else None
     activation_scheme = config.get("activation_scheme")
@@ -804,6 +843,8 @@ def quantization(config):
         "weight_type": weight_type,     # "int" or "float" (4-bit floats carry one 8-bit scale a block)
         "activation_scheme": activation_scheme,     # "static" or "dynamic" activation scales, or None
         "zero_point": zero_point,       # False: the groups have a scale and no zero point
+        # DeepSeek-V4 ships its routed experts in FP4 (e2m1, one ue8m0 scale a 32) beside fp8 blocks elsewhere
+        "expert_bits": 4 if str(config.get("expert_dtype") or "").lower() == "fp4" else None,
         "ignored_layers": _names(config.get("ignored_layers") or config.get("modules_to_not_convert")
                                  or config.get("ignore") or config.get("exclude_modules")),
         "kv_cache_dtype": _checkpoint_kv_cache_dtype(config, method),
@@ -856,6 +897,10 @@ def attention_params(profile, kind=None):
     (profile kv_shapes: Gemma 4's full layers take global_head_dim for q, k, v and o) where one is given."""
     hidden, heads = profile["hidden_size"], profile["num_attention_heads"]
     mla = profile.get("mla")
+    compressed = profile.get("compressed_attention")
+    if compressed:                                   # the layer's own ratio where kind names a layer index
+        return compressed_attention_params(compressed, hidden, heads, compressed["ratios"][kind]
+                                           if isinstance(kind, int) else 0)[0]
     if mla:
         qk_head = mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]
         q_lora = mla.get("q_lora_rank")
@@ -954,14 +999,24 @@ def mixer_params(profile):
     """(every decoder layer's mixer parameters, the attention layers' share): attention, linear-attention /
     mamba, or none (Nemotron-H's MLP-only layers)."""
     kinds = profile.get("layer_types") or [LAYER_FULL] * profile["num_hidden_layers"]
-    attention = sum(kinds.count(kind) * attention_params(profile, kind) for kind in ATTENTION_KINDS)
+    if profile.get("compressed_attention"):
+        attention = sum(attention_params(profile, index) for index in range(len(kinds)))
+    else:
+        attention = sum(kinds.count(kind) * attention_params(profile, kind) for kind in ATTENTION_KINDS)
     linear_layers = sum(1 for kind in kinds if kind == LAYER_LINEAR)
     return attention + linear_layers * linear_mixer_params(profile), attention
 
 
-def _attention_layer_count(profile):
+def _replicated_attention_params(profile):
+    """The attention parameters every tensor-parallel rank holds whole (MLA's down-projections and indexer, V4's)."""
+    hidden, heads = profile["hidden_size"], profile["num_attention_heads"]
+    compressed, mla = profile.get("compressed_attention"), profile.get("mla")
+    if compressed:
+        return sum(compressed_attention_params(compressed, hidden, heads, ratio)[1] for ratio in compressed["ratios"])
+    if not mla:
+        return 0
     kinds = profile.get("layer_types") or [LAYER_FULL] * profile["num_hidden_layers"]
-    return sum(kinds.count(kind) for kind in ATTENTION_KINDS)
+    return sum(kinds.count(kind) for kind in ATTENTION_KINDS) * mla_replicated_params(mla, hidden)
 
 
 def expert_width(profile):
@@ -1010,11 +1065,12 @@ def count_params(profile):
     mtp_mlp = (moe_layer_params(profile, moe["num_experts"]) if moe
                else gated_mlp_params(hidden, profile["intermediate_size"], _mlp_matrices(profile)))
     mtp_layer = attention_params(profile) + mtp_mlp + 2 * hidden * hidden + 5 * hidden   # + eh_proj; 2 layer + 3 mtp norms
-    mla = profile.get("mla")
     return {"total": total, "active": active, "embedding": embedding, "attention": attention,
             "shared_experts": moe_layers * shared_expert_params(profile), "dense_mlp": dense_mlp,
             "mtp": profile.get("num_nextn_predict_layers", 0) * mtp_layer, "vision": vision,
             # within the total, held whole on every tensor-parallel rank: MLA's down-projections and indexer on
             # its attention layers, and the routers (GateLinear / ReplicatedLinear in vLLM's MoE models)
-            "replicated_attention": _attention_layer_count(profile) * mla_replicated_params(mla, hidden) if mla else 0,
-            "router": moe_layers * hidden * moe["num_experts"] if moe else 0}
+            "replicated_attention": _replicated_attention_params(profile),
+            "router": moe_layers * hidden * moe["num_experts"] if moe else 0,
+            "routed_experts": moe_layers * moe["num_experts"] * gated_mlp_params(
+                expert_width(profile), moe["moe_intermediate_size"], _mlp_matrices(profile)) if moe else 0}

