@@ -26,7 +26,7 @@ import math
 import re
 
 from ansible_collections.hy3.fleet.plugins.module_utils import calibration, engine_memory, kv_layout
-from ansible_collections.hy3.fleet.plugins.module_utils.model_config import FLOAT4_BLOCK, dense_layer_indices
+from ansible_collections.hy3.fleet.plugins.module_utils.model_config import EXPERTS_MLP, FLOAT4_BLOCK, dense_layer_indices
 
 GIB = 1024 ** 3
 
@@ -185,15 +185,32 @@ def _unquantized_params(params):
     return (params.get("embedding") or 0) + (params.get("vision") or 0) + (params.get("router") or 0)
 
 
-def quantized_bytes(profile, bits, count, routed_experts):
-    """Bytes of count quantized parameters, routed_experts of them the routed experts', which a checkpoint may hold
-    in fewer bits than the rest (quantization expert_bits: DeepSeek-V4's FP4 experts, 4 + 8/32 bits, beside fp8)."""
+def narrower_params(profile, share=1.0):
+    """The parameters (of the share of the decoder layers a stage holds) a checkpoint keeps narrower than the rest
+    (quantization experts): the routed experts, and with scope mlp the dense MLPs and shared experts its ignore list
+    does not keep in 16 bits."""
+    experts = (profile.get("quantization") or {}).get("experts")
+    if not experts:
+        return 0
+    params = profile["params"]
+    narrow = params.get("routed_experts") or 0
+    if experts["scope"] == EXPERTS_MLP:
+        ignored = [name.lower() for name in (profile.get("quantization") or {}).get("ignored_layers") or []]
+        kept = _kept_shares(profile, ignored) if ignored else {}
+        narrow += sum((params.get(family) or 0) * (1 - kept.get(family, 0)) for family in ("shared_experts", "dense_mlp"))
+    return narrow * share
+
+
+def quantized_bytes(profile, bits, count, narrow):
+    """Bytes of count quantized parameters, narrow of them (narrower_params) in the checkpoint's narrower MLP scheme
+    (DeepSeek-V4's FP4 experts 4 + 8/32 bits, NVFP4 MLPs 4 + 8/16, beside fp8), the rest at the tier's."""
     quantization = profile.get("quantization") or {}
-    expert_bits = quantization.get("expert_bits")
-    if not expert_bits or expert_bits >= bits:
+    experts = quantization.get("experts")
+    if not experts or experts["bits"] >= bits:
         return count * effective_bits(bits, quantization) / 8
-    experts = min(routed_experts, count)
-    return (count - experts) * effective_bits(bits, quantization) / 8 + experts * (expert_bits + 8.0 / 32) / 8
+    narrow = min(narrow, count)
+    return ((count - narrow) * effective_bits(bits, quantization)
+            + narrow * effective_bits(experts["bits"], experts)) / 8
 
 
 def tp_replicated_excess_bytes(profile, bits, tp):
@@ -228,7 +245,7 @@ def nominal_weight_bytes_per_rank(profile, bits, tp, load_mtp):
     params = profile["params"]
     total = params["total"] + (params.get("mtp") or 0 if load_mtp else 0)
     kept = min(_unquantized_params(params) + kept_16bit_params(profile, bits), total)
-    quantized = quantized_bytes(profile, bits, total - kept, params.get("routed_experts") or 0)
+    quantized = quantized_bytes(profile, bits, total - kept, narrower_params(profile))
     return int((quantized + kept * unquantized_bytes(bits)) // tp) + replicated_vision_bytes(profile, tp, bits) \
         + tp_replicated_excess_bytes(profile, bits, tp)
 
@@ -276,8 +293,8 @@ def stage_weight_bytes(profile, bits, tp, share, load_mtp):
     nominal_weight_bytes_per_rank."""
     kept = kept_16bit_params(profile, bits, range(share["first_layer"], share["first_layer"] + share["layers"])) \
         + share.get("routers", 0)
-    routed = (profile["params"].get("routed_experts") or 0) * share["layers"] / float(profile["num_hidden_layers"])
-    stage = (quantized_bytes(profile, bits, share["params"] - kept, routed)
+    narrow = narrower_params(profile, share["layers"] / float(profile["num_hidden_layers"]))
+    stage = (quantized_bytes(profile, bits, share["params"] - kept, narrow)
              + (kept + share["params_16bit"]) * unquantized_bytes(bits))
     whole = nominal_weight_bytes_per_rank(profile, bits, 1, load_mtp)
     layers_share = share["layers"] / float(profile["num_hidden_layers"])

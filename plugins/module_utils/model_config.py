@@ -833,14 +833,16 @@ def quantization(config, outer_expert_dtype=None):
     weight_type = "float" if method in FLOAT4_BLOCK else None
     activation_scheme = config.get("activation_scheme")
     zero_point = None                  # unknown: GPTQ and AWQ files hold qzeros whether or not they are symmetric
-    for group in (config.get("config_groups") or {}).values():   # compressed-tensors
-        weights = (group or {}).get("weights") or {}
+    groups = [group for group in (config.get("config_groups") or {}).values() if isinstance(group, dict)]
+    if groups:                                                   # compressed-tensors: the widest scheme leads
+        weights = max((group.get("weights") or {} for group in groups), key=lambda w: w.get("num_bits") or 0)
         bits = bits or weights.get("num_bits")
         group_size = group_size or weights.get("group_size")
         weight_type = weight_type or weights.get("type")
         if weights.get("symmetric") is True:
             zero_point = False         # pack-quantized symmetric weights carry no weight_zero_point
-        activations = (group or {}).get("input_activations")
+    for group in groups:
+        activations = group.get("input_activations")
         if activation_scheme is None and isinstance(activations, dict):
             activation_scheme = "dynamic" if activations.get("dynamic") else "static"
     if config.get("load_in_4bit"):
@@ -860,12 +862,35 @@ def quantization(config, outer_expert_dtype=None):
         "weight_type": weight_type,     # "int" or "float" (4-bit floats carry one 8-bit scale a block)
         "activation_scheme": activation_scheme,     # "static" or "dynamic" activation scales, or None
         "zero_point": zero_point,       # False: the groups have a scale and no zero point
-        # DeepSeek-V4 ships its routed experts in FP4 (e2m1, one ue8m0 scale a 32) beside fp8 blocks elsewhere
-        "expert_bits": 4 if str(config.get("expert_dtype") or "").lower() == "fp4" else None,
+        "experts": _narrower_experts(config, groups, bits),
         "ignored_layers": _names(config.get("ignored_layers") or config.get("modules_to_not_convert")
                                  or config.get("ignore") or config.get("exclude_modules")),
         "kv_cache_dtype": _checkpoint_kv_cache_dtype(config, method),
     }
+
+
+# Where a checkpoint keeps its MLPs narrower than the rest (quantization "experts"): every MLP (dense, shared and
+# routed experts: a compressed-tensors group targeting them), or the routed experts alone (DeepSeek-V4's expert_dtype).
+EXPERTS_MLP, EXPERTS_ROUTED = "mlp", "routed"
+
+
+def _narrower_experts(config, groups, bits):
+    """{bits, group_size, weight_type, scope} of MLP weights held in fewer bits than the rest: the narrower of a
+    compressed-tensors config's groups, unless its targets name the attention (RedHatAI's Hy3-NVFP4-FP8: NVFP4 MLPs
+    beside fp8 attention; mixed-precision recipes keep the attention wider), over the routed experts alone where its
+    targets name experts and not MLPs; or DeepSeek-V4's FP4 routed experts (e2m1, one ue8m0 scale a 32, beside fp8
+    blocks). None when every linear layer takes the same scheme."""
+    if str(config.get("expert_dtype") or "").lower() == "fp4":
+        return {"bits": 4, "group_size": 32, "weight_type": "float", "scope": EXPERTS_ROUTED}
+    for group in groups:
+        weights = group.get("weights") or {}
+        targets = " ".join(str(target) for target in group.get("targets") or []).lower()
+        narrow = weights.get("num_bits")
+        if narrow and bits and narrow < bits and "attn" not in targets and "attention" not in targets:
+            routed = "expert" in targets and "mlp" not in targets
+            return {"bits": narrow, "group_size": weights.get("group_size"), "weight_type": weights.get("type"),
+                    "scope": EXPERTS_ROUTED if routed else EXPERTS_MLP}
+    return None
 
 
 def _checkpoint_kv_cache_dtype(config, method):

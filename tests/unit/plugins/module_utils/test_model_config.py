@@ -241,7 +241,7 @@ def test_deepseek_mla_shared_experts_dense_first_layers_mtp_and_fp8():
     assert p["moe"]["dense_layers"] == [0, 1, 2] and p["num_nextn_predict_layers"] == 1
     assert p["max_position_embeddings"] == 4096 * 40        # yarn: original length x factor, as vLLM derives
     assert p["quantization"] == {"method": "fp8", "bits": 8, "group_size": [128, 128], "weight_type": None,
-                                 "activation_scheme": "dynamic", "zero_point": None, "expert_bits": None, "ignored_layers": [],
+                                 "activation_scheme": "dynamic", "zero_point": None, "experts": None, "ignored_layers": [],
                                  "kv_cache_dtype": None}
     assert p["dtype"] == "bfloat16"                         # torch_dtype spelling
     assert within(p["params"]["mtp"], 11.5 * B, 0.01)       # unique MTP parameters (embedding and head shared)
@@ -627,15 +627,15 @@ def test_quantization_configs():
     assert quantization({"quant_method": "fp8", "activation_scheme": "static",
                          "ignored_layers": ["lm_head", "model.embed_tokens"]}) == {
         "method": "fp8", "bits": 8, "group_size": None, "weight_type": None, "activation_scheme": "static",
-        "zero_point": None, "expert_bits": None, "ignored_layers": ["lm_head", "model.embed_tokens"], "kv_cache_dtype": None}
+        "zero_point": None, "experts": None, "ignored_layers": ["lm_head", "model.embed_tokens"], "kv_cache_dtype": None}
     assert quantization({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False})["bits"] == 4
     assert quantization({"quant_method": "awq", "bits": 4, "group_size": 128, "modules_to_not_convert": ["gate"]}) == {
         "method": "awq", "bits": 4, "group_size": 128, "weight_type": None, "activation_scheme": None,
-        "zero_point": None, "expert_bits": None, "ignored_layers": ["gate"], "kv_cache_dtype": None}
+        "zero_point": None, "experts": None, "ignored_layers": ["gate"], "kv_cache_dtype": None}
     ct = {"quant_method": "compressed-tensors", "ignore": ["lm_head"],
           "config_groups": {"group_0": {"weights": {"num_bits": 4, "group_size": 32, "type": "int"}}}}
     assert quantization(ct) == {"method": "compressed-tensors", "bits": 4, "group_size": 32, "weight_type": "int",
-                                "activation_scheme": None, "zero_point": None, "expert_bits": None, "ignored_layers": ["lm_head"],
+                                "activation_scheme": None, "zero_point": None, "experts": None, "ignored_layers": ["lm_head"],
                                 "kv_cache_dtype": None}
     # compressed-tensors names its activation scheme in each group (llm-compressor's FP8_DYNAMIC)
     ct_fp8 = {"quant_method": "compressed-tensors", "config_groups": {"group_0": {
@@ -1026,7 +1026,8 @@ def test_deepseek_v4_reads_its_compressed_attention_and_fp4_experts():
     assert p["compressed_attention"]["ratios"] == [0, 0] + [4, 128] * 20 + [4]          # the MTP layer's entry apart
     assert within(p["params"]["total"], 284 * B, 0.01)
     assert within(p["params"]["active"] - p["params"]["embedding"], 13 * B, 0.03)     # the card leaves embeddings out
-    assert p["quantization"]["expert_bits"] == 4 and p["params"]["routed_experts"] == 43 * 256 * 3 * 4096 * 2048
+    assert p["quantization"]["experts"] == {"bits": 4, "group_size": 32, "weight_type": "float", "scope": "routed"}
+    assert p["params"]["routed_experts"] == 43 * 256 * 3 * 4096 * 2048
     params = p["params"]
     kept = params["embedding"] + params["router"]
     whole = (params["total"] - kept - params["routed_experts"]) * 1 + params["routed_experts"] * 4.25 / 8 + kept * 2
@@ -1065,3 +1066,25 @@ def test_mimo_v2_flash_window_and_full_layers_keep_their_own_kv_shapes(tp, lengt
     assert p["layer_types"].count("sliding_attention") == 39 and p["sliding_window"] == 128
     layout = kv_layout.layout(p, tp, 2, 16, length, in_flight)
     assert kv_layout.capacity(layout, int(kv_gib * 2 ** 30))["tokens"] == tokens
+
+
+@pytest.mark.parametrize("mlp_targets, scope", [(["re:.*mlp.*"], "mlp"), (None, "mlp"), (["re:.*experts.*"], "routed")])
+def test_mixed_precision_groups_price_the_narrower_mlps_apart(mlp_targets, scope):
+    """RedHatAI's Hy3-NVFP4-FP8 (compressed-tensors mixed-precision, write-up of a vLLM 0.25.1 B200 start): fp8
+    128 x 128 blocks for the attention, NVFP4 (4 + 8/16 bits) for the MLPs; every weight at 8 bits read its 160 GiB
+    checkpoint as 282 GiB. A narrower group without targets is taken as the MLPs' (recipes keep attention wider)."""
+    mlp = {"weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16}}
+    if mlp_targets:
+        mlp["targets"] = mlp_targets
+    quant = {"quant_method": "compressed-tensors", "format": "mixed-precision", "config_groups": {
+        "group_0": {"targets": ["re:.*self_attn\\..*"], "weights": {"num_bits": 8, "type": "float", "strategy": "block",
+                                                                     "block_structure": [128, 128]}},
+        "group_1": mlp}}
+    p = model_profile(dict(HY3, quantization_config=quant))
+    assert p["quantization"]["bits"] == 8
+    assert p["quantization"]["experts"] == {"bits": 4, "group_size": 16, "weight_type": "float", "scope": scope}
+    params = p["params"]
+    narrow = params["routed_experts"] + (params["shared_experts"] + params["dense_mlp"] if scope == "mlp" else 0)
+    kept = params["embedding"] + params["router"]
+    expected = (params["total"] - kept - narrow) * 1 + narrow * 4.5 / 8 + kept * 2
+    assert abs(budget.nominal_weight_bytes_per_rank(p, 8, 1, False) - expected) <= 1
