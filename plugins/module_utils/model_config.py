@@ -85,6 +85,8 @@ KNOWN_MODEL_TYPES = (
     "mimo_v2_flash",
     # DeciLM's per-layer block_configs (_block_configs)
     "nemotron-nas",
+    # Llama-shaped decoders the plain reading covers (Gemma: head_dim given, head tied; Granite: multipliers only)
+    "gemma", "granite",
     # the older families named by FIELD_ALIASES' other spellings and UNGATED_MODEL_TYPES
     "gpt2", "gptj", "gpt_neox", "opt", "falcon", "bloom", "phi", "gpt_bigcode", "starcoder2", "chatglm",
     # Gemma 4: its full layers' own KV shape, KV-shared layers, per-layer embeddings, MoE beside the MLP (_gemma4)
