@@ -321,11 +321,51 @@ def _dsv4_buckets(compressed, draft_layers):
 def _approximate_gcd(values, lower_bound):
     """The chunk that rounds every value up with the least padding, ties to the larger (vLLM _approximate_gcd)."""
     best, best_pad = lower_bound, None
-    for chunk in range(lower_bound, max(max(values), lower_bound) + 1):
+    for chunk in range(lower_bound, max(*values, lower_bound) + 1):
         pad = sum((chunk - value % chunk) % chunk for value in values)
         if best_pad is None or pad <= best_pad:
             best, best_pad = chunk, pad
     return best
+
+
+def _page_sum(pages):
+    """Bytes of one block across a bucket's layers ({page bytes: layers})."""
+    return sum(page * layers for page, layers in pages.items())
+
+
+def _dsv4_packed(compressed_pages, compressed_blocks, windows):
+    """(pool block bytes, blocks one request holds, bytes vLLM's check asks for one) when the groups are packed
+    block-outermost (_get_packed_kv_cache_groups): the compressed caches in one group whose page is the pool's block,
+    each window bucket split into the fewest groups whose page fits under it."""
+    block_bytes = _page_sum(compressed_pages)
+    per_request = compressed_blocks + sum(cdiv(_page_sum(pages), block_bytes) * blocks for pages, blocks in windows)
+    return block_bytes, per_request, per_request * block_bytes
+
+
+def _dsv4_tuples(compressed_pages, compressed_blocks, windows):
+    """The same where every group takes one padded layer-tuple layout (_get_kv_cache_groups_uniform_groups, 0.23):
+    a window bucket splits into cdiv(layers, tuples) groups, its pages padded up to the nearest compressed page size;
+    the pool's block holds each page size as often as the widest group does (_bucket_layers_by_page_size); a request
+    holds the padded bytes of every group over the compressed group's page (get_max_concurrency_for_kv_cache_config),
+    and the start check counts tuples x their bytes x every group's blocks (_max_memory_usage_bytes_from_groups)."""
+    sizes = sorted(compressed_pages)
+    compressed_page = _page_sum(compressed_pages)
+    widest_tuples = max(compressed_pages.values())
+    tuples = _approximate_gcd([widest_tuples] + [max(pages.values()) for pages, blocks in windows], widest_tuples)
+    slots = dict(compressed_pages)
+    padded_need, group_blocks = compressed_page * compressed_blocks, compressed_blocks
+    for pages, blocks in windows:
+        split = cdiv(max(pages.values()), tuples)
+        padded = {}
+        for page, layers in pages.items():
+            size = min(size for size in sizes if size >= page) if page <= sizes[-1] else page
+            padded[size] = padded.get(size, 0) + layers
+        for size, layers in padded.items():
+            slots[size] = max(slots.get(size, 0), cdiv(layers, split))
+        widest_tuples = max(widest_tuples, cdiv(max(pages.values()), split))
+        padded_need += _page_sum(padded) * blocks
+        group_blocks += split * blocks
+    return _page_sum(slots), cdiv(padded_need, compressed_page), widest_tuples * sum(sizes) * group_blocks
 
 
 def compressed_layout(profile, max_model_len, in_flight_tokens, scheme, draft_layers=0):
@@ -334,45 +374,15 @@ def compressed_layout(profile, max_model_len, in_flight_tokens, scheme, draft_la
     group, the window plus the tokens in flight (blocks_per_request). request_bytes is what vLLM's startup check asks
     for one request, which the tuples scheme counts in padded layer tuples."""
     buckets = _dsv4_buckets(profile["compressed_attention"], draft_layers)
-    (compressed_pages, _, _), windows = buckets[0], buckets[1:]
-    compressed_page = sum(page * n for page, n in compressed_pages.items())
-    compressed_blocks = cdiv(max_model_len, DSV4_BLOCK)
-    held = [(pages, blocks_per_request(SLIDING, max_model_len, block, window, in_flight_tokens))
-            for pages, block, window in windows]
-    if scheme == DSV4_PACKED:
-        # each window bucket split into the fewest groups whose page fits the compressed group's (_get_packed_kv_
-        # cache_groups); a block of the pool is the widest group's page
-        splits = [cdiv(sum(page * n for page, n in pages.items()), compressed_page) for pages, _ in held]
-        per_request = compressed_blocks + sum(split * blocks for split, (_, blocks) in zip(splits, held))
-        block_bytes = compressed_page
-        request_bytes = per_request * block_bytes
-    else:
-        # one layer-tuple layout for every group (_get_kv_cache_groups_uniform_groups): the window buckets split into
-        # cdiv(layers, tuples) groups, their pages padded up to the nearest compressed page size
-        sizes = sorted(compressed_pages)
-        tuples = _approximate_gcd([max(compressed_pages.values())] + [max(pages.values()) for pages, _ in held],
-                                  max(compressed_pages.values()))
-        widest = dict(compressed_pages)
-        padded_bytes, groups_per_request, widest_tuples = [], compressed_blocks, max(compressed_pages.values())
-        for pages, blocks in held:
-            split = cdiv(max(pages.values()), tuples)
-            padded = {}
-            for page, n in pages.items():
-                size = min(size for size in sizes if size >= page) if page <= sizes[-1] else page
-                padded[size] = padded.get(size, 0) + n
-            for size, n in padded.items():
-                widest[size] = max(widest.get(size, 0), cdiv(n, split))
-            widest_tuples = max(widest_tuples, cdiv(max(pages.values()), split))
-            padded_bytes.append((sum(size * n for size, n in padded.items()), blocks))
-            groups_per_request += split * blocks
-        block_bytes = sum(size * n for size, n in widest.items())       # _bucket_layers_by_page_size's slots
-        need = compressed_page * compressed_blocks + sum(page * blocks for page, blocks in padded_bytes)
-        per_request = cdiv(need, compressed_page)                       # get_max_concurrency_for_kv_cache_config
-        request_bytes = widest_tuples * sum(sizes) * groups_per_request   # _max_memory_usage_bytes_from_groups
+    compressed_pages = buckets[0][0]
+    windows = [(pages, blocks_per_request(SLIDING, max_model_len, block, window, in_flight_tokens))
+               for pages, block, window in buckets[1:]]
+    grouping = _dsv4_packed if scheme == DSV4_PACKED else _dsv4_tuples
+    block_bytes, per_request, request_bytes = grouping(compressed_pages, cdiv(max_model_len, DSV4_BLOCK), windows)
     return {
-        "page_bytes": compressed_page, "group_size": 1, "groups": 1 + len(held),
-        "groups_by_kind": {FULL: 1, SLIDING: len(held)}, "layers_by_kind": {FULL: len(profile["compressed_attention"]
-                                                                                     ["ratios"])},
+        "page_bytes": _page_sum(compressed_pages), "group_size": 1, "groups": 1 + len(windows),
+        "groups_by_kind": {FULL: 1, SLIDING: len(windows)},
+        "layers_by_kind": {FULL: len(profile["compressed_attention"]["ratios"])},
         "bytes_per_block": block_bytes, "blocks_per_request": per_request, "request_bytes": request_bytes,
         "block_size": DSV4_BLOCK, "report_block_size": DSV4_BLOCK, "max_model_len": max_model_len,
     }

@@ -247,8 +247,10 @@ def test_deepseek_mla_shared_experts_dense_first_layers_mtp_and_fp8():
     assert within(p["params"]["mtp"], 11.5 * B, 0.01)       # unique MTP parameters (embedding and head shared)
 
 
-@pytest.mark.parametrize("indexer, loaded_gib", [({}, 79.74), ({"index_topk": 2048, "index_head_dim": 128,
-                                                                  "index_n_heads": 64}, 80.62)])
+V32_INDEXER = {"index_topk": 2048, "index_head_dim": 128, "index_n_heads": 64}
+
+
+@pytest.mark.parametrize("indexer, loaded_gib", [({}, 79.74), (V32_INDEXER, 80.62)])
 def test_mla_down_projections_indexer_and_routers_are_whole_on_every_rank(indexer, loaded_gib):
     """vLLM replicates MLA's q_a / kv_a projections, DeepSeek-V3.2's indexer and every MoE router over the tensor-
     parallel group (deepseek_v2.py: disable_tp, ReplicatedLinear, GateLinear): a DeepSeek-R1-0528 rank at TP 8 on an
@@ -1077,8 +1079,8 @@ def test_mixed_precision_groups_price_the_narrower_mlps_apart(mlp_targets, scope
     if mlp_targets:
         mlp["targets"] = mlp_targets
     quant = {"quant_method": "compressed-tensors", "format": "mixed-precision", "config_groups": {
-        "group_0": {"targets": ["re:.*self_attn\\..*"], "weights": {"num_bits": 8, "type": "float", "strategy": "block",
-                                                                     "block_structure": [128, 128]}},
+        "group_0": {"targets": ["re:.*self_attn\\..*"],
+                    "weights": {"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]}},
         "group_1": mlp}}
     p = model_profile(dict(HY3, quantization_config=quant))
     assert p["quantization"]["bits"] == 8
