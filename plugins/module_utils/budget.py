@@ -161,11 +161,16 @@ def _kept_shares(profile, ignored, stage_layers=None):
     return shares
 
 
+def _ignored_names(profile):
+    """The quantization config's ignore list, lower case."""
+    return [name.lower() for name in (profile.get("quantization") or {}).get("ignored_layers") or []]
+
+
 def kept_16bit_params(profile, bits, stage_layers=None):
     """Parameters a quantized checkpoint keeps in 16 bits besides the embeddings, in the whole model or the
     decoder layers stage_layers hold: the share of each module family (FAMILY_MODULES) its quantization
     config's ignore list keeps (none for an unquantized tier)."""
-    ignored = [name.lower() for name in (profile.get("quantization") or {}).get("ignored_layers") or []]
+    ignored = _ignored_names(profile)
     if bits >= 16 or not ignored:
         return 0
     params = profile["params"]
@@ -195,7 +200,7 @@ def narrower_params(profile, share=1.0):
     params = profile["params"]
     narrow = params.get("routed_experts") or 0
     if experts["scope"] == EXPERTS_MLP:
-        ignored = [name.lower() for name in (profile.get("quantization") or {}).get("ignored_layers") or []]
+        ignored = _ignored_names(profile)
         kept = _kept_shares(profile, ignored) if ignored else {}
         narrow += sum((params.get(family) or 0) * (1 - kept.get(family, 0)) for family in ("shared_experts", "dense_mlp"))
     return narrow * share
@@ -220,7 +225,7 @@ def tp_replicated_excess_bytes(profile, bits, tp):
     params = profile["params"]
     if tp <= 1:
         return 0
-    ignored = [name.lower() for name in (profile.get("quantization") or {}).get("ignored_layers") or []]
+    ignored = _ignored_names(profile)
     kept = _kept_shares(profile, ignored).get("attention", 0) if bits < 16 and ignored else 0
     quantized = effective_bits(bits, profile.get("quantization")) / 8 if bits < 16 else unquantized_bytes(bits)
     attention_bytes = kept * unquantized_bytes(bits) + (1 - kept) * quantized
@@ -293,11 +298,10 @@ def stage_weight_bytes(profile, bits, tp, share, load_mtp):
     nominal_weight_bytes_per_rank."""
     kept = kept_16bit_params(profile, bits, range(share["first_layer"], share["first_layer"] + share["layers"])) \
         + share.get("routers", 0)
-    narrow = narrower_params(profile, share["layers"] / float(profile["num_hidden_layers"]))
-    stage = (quantized_bytes(profile, bits, share["params"] - kept, narrow)
+    layers_share = share["layers"] / float(profile["num_hidden_layers"])
+    stage = (quantized_bytes(profile, bits, share["params"] - kept, narrower_params(profile, layers_share))
              + (kept + share["params_16bit"]) * unquantized_bytes(bits))
     whole = nominal_weight_bytes_per_rank(profile, bits, 1, load_mtp)
-    layers_share = share["layers"] / float(profile["num_hidden_layers"])
     return (int(stage // tp) + replicated_vision_bytes(profile, tp, bits)
             + int(tp_replicated_excess_bytes(profile, bits, tp) * layers_share), stage / float(whole))
 
