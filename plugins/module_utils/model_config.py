@@ -936,15 +936,16 @@ def _names(value):
 
 # --- parameter counts ---------------------------------------------------------------------------
 
-def attention_params(profile, kind=None):
+def attention_params(profile, kind=None, layer=None):
     """Parameters of one attention block (q, k, v, o or the MLA projections), of a layer kind with its own KV shape
-    (profile kv_shapes: Gemma 4's full layers take global_head_dim for q, k, v and o) where one is given."""
+    (profile kv_shapes: Gemma 4's full layers take global_head_dim for q, k, v and o) where one is given; of decoder
+    layer `layer` where the layers differ by more than their kind (DeepSeek-V4's compress ratios)."""
     hidden, heads = profile["hidden_size"], profile["num_attention_heads"]
     mla = profile.get("mla")
     compressed = profile.get("compressed_attention")
-    if compressed:                                   # the layer's own ratio where kind names a layer index
-        return compressed_attention_params(compressed, hidden, heads, compressed["ratios"][kind]
-                                           if isinstance(kind, int) else 0)[0]
+    if compressed:                                   # layer's own compress ratio; an MTP layer keeps the window alone
+        return compressed_attention_params(compressed, hidden, heads,
+                                           compressed["ratios"][layer] if layer is not None else 0)[0]
     if mla:
         qk_head = mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]
         q_lora = mla.get("q_lora_rank")
@@ -1045,7 +1046,7 @@ def mixer_params(profile):
     mamba, or none (Nemotron-H's MLP-only layers)."""
     kinds = profile.get("layer_types") or [LAYER_FULL] * profile["num_hidden_layers"]
     if profile.get("compressed_attention"):
-        attention = sum(attention_params(profile, index) for index in range(len(kinds)))
+        attention = sum(attention_params(profile, layer=index) for index in range(len(kinds)))
     else:
         attention = sum(kinds.count(kind) * attention_params(profile, kind) for kind in ATTENTION_KINDS)
     linear_layers = sum(1 for kind in kinds if kind == LAYER_LINEAR)
