@@ -292,6 +292,14 @@ def stage_shares(profile, pp, load_mtp):
     return shares
 
 
+def stage_compressed_attention(profile, share):
+    """DeepSeek-V4's compressed attention over the decoder layers a pipeline stage holds (None for other models)."""
+    compressed = profile.get("compressed_attention")
+    if not compressed:
+        return None
+    return dict(compressed, ratios=compressed["ratios"][share["first_layer"]:share["first_layer"] + share["layers"]])
+
+
 def stage_weight_bytes(profile, bits, tp, share, load_mtp):
     """(nominal bytes of one rank of this stage, its fraction of the whole model's nominal bytes): the
     quantized layers at the tier's bits, embedding, LM head, routers and a vision tower at 16 bits, as
@@ -463,7 +471,8 @@ def evaluate_stage(state, ctx, share, overhead):
         else:
             measured = int(measured * fraction) if measured else measured
         profile = dict(profile, num_hidden_layers=share["layers"], layer_types=share["layer_types"],
-                       model_layer_types=profile.get("layer_types"))
+                       model_layer_types=profile.get("layer_types"),
+                       compressed_attention=stage_compressed_attention(profile, share))
     else:
         nominal = nominal_weight_bytes_per_rank(profile, tier["bits"], tp, ctx["load_mtp"])
     # Header-measured bytes are exact; the parameter arithmetic is the floor when there are none. Either is

@@ -1090,3 +1090,13 @@ def test_mixed_precision_groups_price_the_narrower_mlps_apart(mlp_targets, scope
     kept = params["embedding"] + params["router"]
     expected = (params["total"] - kept - narrow) * 1 + narrow * 4.5 / 8 + kept * 2
     assert abs(budget.nominal_weight_bytes_per_rank(p, 8, 1, False) - expected) <= 1
+
+
+def test_deepseek_v4_pipeline_stages_keep_the_caches_of_their_own_layers():
+    """Each stage lays out the V4 caches of its layers only: two stages of 22 and 21 layers hold the model's 43
+    windows and 41 compressed layers between them."""
+    p = model_profile(DEEPSEEK_V4_FLASH)
+    shares = budget.stage_shares(p, 2, False)
+    stages = [budget.stage_compressed_attention(p, share)["ratios"] for share in shares]
+    assert [len(ratios) for ratios in stages] == [22, 21] and stages[0] + stages[1] == p["compressed_attention"]["ratios"]
+    assert budget.stage_compressed_attention(model_profile(LLAMA_31_8B), shares[0]) is None
