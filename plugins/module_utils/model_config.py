@@ -41,7 +41,7 @@ FIELD_ALIASES = {
     "num_experts": ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts"),
     "num_experts_per_tok": ("num_experts_per_tok", "moe_topk", "num_experts_per_token", "experts_per_token", "top_k",
                             "moe_k", "top_k_experts"),
-    "num_shared_experts": ("num_shared_experts", "n_shared_experts", "num_shared_expert"),
+    "num_shared_experts": ("num_shared_experts", "n_shared_experts", "num_shared_expert", "moe_num_shared_experts"),
     "moe_intermediate_size": ("moe_intermediate_size", "expert_intermediate_size", "expert_hidden_dim"),
     "dtype": ("dtype", "torch_dtype"),
     # GPT-2 / GPT-J / BLOOM / Falcon / OPT / ChatGLM name the decoder's shape their own way
@@ -552,7 +552,13 @@ def _dense_layers(reader, layers):
     kinds = cfg.get("mlp_layer_types")                   # Hy3 (transformers 5): "dense" | "sparse"
     if isinstance(kinds, list) and len(kinds) == layers:
         return [i for i, kind in enumerate(kinds) if kind == "dense"]
-    dense = set(range(min(int(cfg.get("first_k_dense_replace") or 0), layers)))
+    dense = set(range(min(int(cfg.get("first_k_dense_replace") or cfg.get("moe_layer_start_index") or 0), layers)))
+    end = cfg.get("moe_layer_end_index")                # ERNIE 4.5: experts from start to end, every interval
+    if isinstance(end, int) and end >= 0:
+        dense.update(range(end + 1, layers))
+    interval = cfg.get("moe_layer_interval")
+    if isinstance(interval, int) and interval > 1:
+        dense.update(i for i in range(layers) if (i + 1) % interval)
     dense.update(i for i in (cfg.get("mlp_only_layers") or []) if 0 <= i < layers)
     # Qwen, and Llama 4's interleave_moe_layer_step: layer i is MoE when (i + 1) % step == 0
     step = int(cfg.get("decoder_sparse_step") or cfg.get("interleave_moe_layer_step") or 1)
@@ -648,7 +654,11 @@ def _layer_types(reader, layers):
         kinds = [LAYER_SLIDING if flag == 1 else LAYER_FULL for flag in swa_flags]
     elif isinstance(pattern, str) and len(pattern) == layers:
         kinds = [LAYER_KIND.get(k, LAYER_FULL) for k in pattern]
-    elif window and cfg.get("sliding_window_pattern"):  # Gemma 3: every Nth layer is global
+    elif window and isinstance(cfg.get("sliding_window_pattern"), str) and \
+            set(cfg["sliding_window_pattern"]) <= {"L", "G"}:      # EXAONE 4: "LLLG", local / global, repeated
+        letters = cfg["sliding_window_pattern"]
+        kinds = [LAYER_SLIDING if letters[i % len(letters)] == "L" else LAYER_FULL for i in range(layers)]
+    elif window and isinstance(cfg.get("sliding_window_pattern"), int):  # Gemma 3: every Nth layer is global
         every = cfg["sliding_window_pattern"]
         kinds = [LAYER_FULL if (i + 1) % every == 0 else LAYER_SLIDING for i in range(layers)]
     elif window and reader.family_in(("gemma2",)):    # Gemma 2 alternates, sliding first

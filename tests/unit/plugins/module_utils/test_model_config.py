@@ -1100,3 +1100,21 @@ def test_deepseek_v4_pipeline_stages_keep_the_caches_of_their_own_layers():
     stages = [budget.stage_compressed_attention(p, share)["ratios"] for share in shares]
     assert [len(ratios) for ratios in stages] == [22, 21] and stages[0] + stages[1] == p["compressed_attention"]["ratios"]
     assert budget.stage_compressed_attention(model_profile(LLAMA_31_8B), shares[0]) is None
+
+
+def test_a_letter_pattern_of_local_and_global_layers():
+    """EXAONE 4 spells its pattern as letters ("LLLG": three sliding-window layers, then a global one), which a
+    modulo read as a number failed on."""
+    p = model_profile(dict(LLAMA_31_8B, model_type="exaone4", num_hidden_layers=8, sliding_window=4096,
+                           sliding_window_pattern="LLLG"))
+    assert p["layer_types"] == (["sliding_attention"] * 3 + ["full_attention"]) * 2 and p["sliding_window"] == 4096
+
+
+def test_ernie_moe_layer_range_and_shared_experts():
+    """ERNIE 4.5 MoE (vLLM ernie45_moe.py): experts on the layers from moe_layer_start_index to moe_layer_end_index,
+    every moe_layer_interval, the others dense; moe_num_shared_experts shared experts of moe_intermediate_size."""
+    p = model_profile(dict(LLAMA_31_8B, model_type="ernie4_5_moe", num_hidden_layers=8, moe_num_experts=64, moe_k=6,
+                           moe_intermediate_size=1536, moe_num_shared_experts=2, moe_layer_start_index=1,
+                           moe_layer_end_index=6, moe_layer_interval=1))
+    assert p["moe"]["dense_layers"] == [0, 7] and p["moe"]["num_shared_experts"] == 2
+    assert p["moe"]["num_experts_per_tok"] == 6
