@@ -1840,6 +1840,28 @@ def compile_segment_kept_bytes(profile, settings, table):
     return table
 
 
+# DeepSeek-V4's sparse attention gathers a prefill's compressed entries, window and batch into a bf16 workspace for
+# PREFILL_CHUNK requests at once, which its dummy run reserves from vLLM's workspace manager with the top-k index
+# buffers (layers/deepseek_v4_attention.py in 0.20, models/deepseek_v4/nvidia/flashmla.py in 0.32).
+DSV4_PREFILL_CHUNK = 4
+
+
+def compressed_attention_workspace_bytes(profile, settings):
+    """The workspace DeepSeek-V4's attention keeps (0 for other models): PREFILL_CHUNK x (max_model_len / the smallest
+    compress ratio + window + max_num_batched_tokens) x head_dim bf16 values, and max_num_batched_tokens x
+    (top-k + window, rounded to 128) + max_num_batched_tokens int32 indices. 1.1 GB at 1M tokens."""
+    compressed = profile.get("compressed_attention")
+    if not compressed:
+        return 0
+    tokens = settings["max_num_batched_tokens"]
+    ratios = [ratio for ratio in compressed["ratios"] if ratio > 1]
+    entries = kv_layout.cdiv(settings.get("max_model_len") or profile["max_position_embeddings"], min(ratios)) \
+        if ratios else 0
+    gathered = DSV4_PREFILL_CHUNK * (entries + compressed["window"] + tokens) * compressed["head_dim"] * 2
+    top_k = (compressed["index_topk"] if ratios else 0) + compressed["window"]
+    return gathered + tokens * (kv_layout.cdiv(top_k, 128) * 128 + 1) * 4
+
+
 def _profile_peak(forward, sampler, kept, per_call):
     """(the profile run's torch peak, the expert kernels' share beyond it): the per-call expert buffers raise the peak
     only by what the forward with them outgrows the sampler phase."""
@@ -1867,6 +1889,8 @@ def overhead(profile, tp, settings):
     forward, sampler = profile_run_phases(profile, tp, tokens, seqs, settings.get("version"), act, last_stage,
                                           settings.get("flashinfer_sampler"), v2)
     kept, per_call = moe_workspace_parts(profile, tp, settings, act)
+    # one workspace manager serves the expert kernels and V4's attention: it keeps the larger of their requests
+    kept = max(kept, compressed_attention_workspace_bytes(profile, settings))
     peak, experts = _profile_peak(forward, sampler, kept, per_call)
     # speculative decoding: the drafter's phase (the target's output held through its forward, on the last stage,
     # where the drafter lives) and the rejection sampler's raise the peak; its buffers are counted from 0.27

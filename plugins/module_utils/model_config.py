@@ -616,7 +616,7 @@ def _compressed_attention(cfg, layers):
     return {"ratios": ratios[:layers], "window": cfg.get("sliding_window") or 128, "head_dim": cfg.get("head_dim") or 512,
             "index_head_dim": cfg.get("index_head_dim") or 128, "index_heads": cfg.get("index_n_heads") or 64,
             "q_lora_rank": cfg.get("q_lora_rank") or 1024, "o_lora_rank": cfg.get("o_lora_rank") or 1024,
-            "o_groups": cfg.get("o_groups") or 8}
+            "o_groups": cfg.get("o_groups") or 8, "index_topk": cfg.get("index_topk") or 512}
 
 
 def compressed_attention_params(compressed, hidden, heads, ratio):

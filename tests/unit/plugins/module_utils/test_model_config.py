@@ -1118,3 +1118,16 @@ def test_ernie_moe_layer_range_and_shared_experts():
                            moe_layer_end_index=6, moe_layer_interval=1))
     assert p["moe"]["dense_layers"] == [0, 7] and p["moe"]["num_shared_experts"] == 2
     assert p["moe"]["num_experts_per_tok"] == 6
+
+
+def test_deepseek_v4_prefill_workspace_follows_the_context():
+    """V4's dummy run reserves its prefill gather workspace (4 requests x (max_model_len / 4 + 128 + the batch)
+    x 512 bf16 values) from the workspace manager the expert kernels share: 1.1 GB at 1M tokens, counted once."""
+    p = model_profile(DEEPSEEK_V4_FLASH)
+    settings = {"max_num_batched_tokens": 8192, "max_model_len": 1048576}
+    gathered = 4 * (262144 + 128 + 8192) * 512 * 2
+    indices = 8192 * (640 + 1) * 4
+    assert engine_memory.compressed_attention_workspace_bytes(p, settings) == gathered + indices
+    assert engine_memory.compressed_attention_workspace_bytes(model_profile(DEEPSEEK_V3), settings) == 0
+    short = engine_memory.compressed_attention_workspace_bytes(p, dict(settings, max_model_len=65536))
+    assert short == 4 * (16384 + 128 + 8192) * 512 * 2 + indices
