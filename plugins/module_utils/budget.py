@@ -175,7 +175,9 @@ def kept_16bit_params(profile, bits, stage_layers=None):
         return 0
     params = profile["params"]
     shares = _kept_shares(profile, ignored, stage_layers)
-    return int(sum((params.get(family) or 0) * share for family, share in shares.items()))
+    # the attention's parts vLLM never quantizes are counted once, with the routers (_unquantized_params)
+    family_params = dict(params, attention=(params.get("attention") or 0) - (params.get("replicated_16bit") or 0))
+    return int(sum((family_params.get(family) or 0) * share for family, share in shares.items()))
 
 
 def unquantized_bytes(bits):
@@ -186,8 +188,9 @@ def unquantized_bytes(bits):
 
 def _unquantized_params(params):
     """What every quantized checkpoint keeps in 16 bits: the embeddings (and an untied LM head), the vision
-    tower, which quantizers leave out, and the MoE routers (vLLM builds them without a quantization method)."""
-    return (params.get("embedding") or 0) + (params.get("vision") or 0) + (params.get("router") or 0)
+    tower, which quantizers leave out, and the MoE routers and the attention parts vLLM builds without a
+    quantization method (replicated_16bit: V4's compressors, the indexers' weights_proj)."""
+    return sum(params.get(part) or 0 for part in ("embedding", "vision", "router", "replicated_16bit"))
 
 
 def narrower_params(profile, share=1.0):
@@ -211,7 +214,7 @@ def quantized_bytes(profile, bits, count, narrow):
     (DeepSeek-V4's FP4 experts 4 + 8/32 bits, NVFP4 MLPs 4 + 8/16, beside fp8), the rest at the tier's."""
     quantization = profile.get("quantization") or {}
     experts = quantization.get("experts")
-    if not experts or experts["bits"] >= bits:
+    if not experts or bits != quantization.get("bits") or experts["bits"] >= bits:    # another tier: one scheme
         return count * effective_bits(bits, quantization) / 8
     narrow = min(narrow, count)
     return ((count - narrow) * effective_bits(bits, quantization)
@@ -230,7 +233,7 @@ def tp_replicated_excess_bytes(profile, bits, tp):
     quantized = effective_bits(bits, profile.get("quantization")) / 8 if bits < 16 else unquantized_bytes(bits)
     attention_bytes = kept * unquantized_bytes(bits) + (1 - kept) * quantized
     whole = (params.get("replicated_attention") or 0) * attention_bytes \
-        + (params.get("router") or 0) * unquantized_bytes(bits)
+        + ((params.get("router") or 0) + (params.get("replicated_16bit") or 0)) * unquantized_bytes(bits)
     return int(whole - whole / tp)
 
 
@@ -496,7 +499,7 @@ def evaluate_stage(state, ctx, share, overhead):
                               engine_memory.in_flight_tokens(profile, engine, ctx["pp"]), draft_layers,
                               state_policy, mla_policy, engine_memory.attention_start_blocks(engine))
     cap = kv_layout.capacity(layout, available, engine.get("tokens_from_concurrency", True))
-    one_request = kv_layout.bytes_for_requests(layout, 1)
+    one_request = kv_layout.startup_check_bytes(layout)
     needed = kv_layout.bytes_for_requests(layout, state["max_num_seqs"])
     return {
         "free": ctx["free_min"],

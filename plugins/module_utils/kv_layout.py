@@ -314,8 +314,7 @@ def _dsv4_buckets(compressed, draft_layers):
         ({state_page(4, head): c4, state_page(4, index_head): c4}, DSV4_STATE_BLOCK[4], 2 * 4),
         ({state_page(128, head): c128}, DSV4_STATE_BLOCK[128], 128),
     ]
-    return [({page: n for page, n in pages.items() if n}, block, window) for pages, block, window in buckets
-            if any(pages.values())]
+    return [({page: n for page, n in pages.items() if n}, block, window) for pages, block, window in buckets]
 
 
 def _approximate_gcd(values, lower_bound):
@@ -335,10 +334,14 @@ def _page_sum(pages):
 
 def _dsv4_packed(compressed_pages, compressed_blocks, windows):
     """(pool block bytes, blocks one request holds, bytes vLLM's check asks for one) when the groups are packed
-    block-outermost (_get_packed_kv_cache_groups): the compressed caches in one group whose page is the pool's block,
-    each window bucket split into the fewest groups whose page fits under it."""
-    block_bytes = _page_sum(compressed_pages)
-    per_request = compressed_blocks + sum(cdiv(_page_sum(pages), block_bytes) * blocks for pages, blocks in windows)
+    block-outermost (_get_packed_kv_cache_groups): the compressed caches in one group, each window bucket split into
+    the fewest groups of whole layer tuples (one layer of each page size) that fit the pool's block, which is the
+    compressed group's page or a single tuple where one is wider."""
+    block_bytes = max([_page_sum(compressed_pages)] + [sum(pages) for pages, blocks in windows])
+    per_request = compressed_blocks
+    for pages, blocks in windows:
+        per_group = max(1, block_bytes // sum(pages))
+        per_request += cdiv(max(pages.values()), per_group) * blocks
     return block_bytes, per_request, per_request * block_bytes
 
 
@@ -376,11 +379,16 @@ def compressed_layout(profile, max_model_len, in_flight_tokens, scheme, draft_la
     buckets = _dsv4_buckets(profile["compressed_attention"], draft_layers)
     compressed_pages = buckets[0][0]
     windows = [(pages, blocks_per_request(SLIDING, max_model_len, block, window, in_flight_tokens))
-               for pages, block, window in buckets[1:]]
-    grouping = _dsv4_packed if scheme == DSV4_PACKED else _dsv4_tuples
-    block_bytes, per_request, request_bytes = grouping(compressed_pages, cdiv(max_model_len, DSV4_BLOCK), windows)
+               for pages, block, window in buckets[1:] if pages]
+    if not compressed_pages:
+        # window layers alone (a pipeline stage of them): one group of one page size
+        (pages, blocks), = windows
+        block_bytes, per_request, request_bytes = _page_sum(pages), blocks, blocks * _page_sum(pages)
+    else:
+        grouping = _dsv4_packed if scheme == DSV4_PACKED else _dsv4_tuples
+        block_bytes, per_request, request_bytes = grouping(compressed_pages, cdiv(max_model_len, DSV4_BLOCK), windows)
     return {
-        "page_bytes": _page_sum(compressed_pages), "group_size": 1, "groups": 1 + len(windows),
+        "page_bytes": _page_sum(compressed_pages) or block_bytes, "group_size": 1, "groups": 1 + len(windows),
         "groups_by_kind": {FULL: 1, SLIDING: len(windows)},
         "layers_by_kind": {FULL: len(profile["compressed_attention"]["ratios"])},
         "bytes_per_block": block_bytes, "blocks_per_request": per_request, "request_bytes": request_bytes,
@@ -411,11 +419,16 @@ def capacity(kv_layout, available_bytes, tokens_from_concurrency=True):
 
 
 def bytes_for_requests(kv_layout, requests):
-    """KV bytes that ``requests`` requests of max_model_len hold at once (whole blocks; what vLLM's startup check
-    counts for one, where a layout gives its own request_bytes)."""
-    if kv_layout.get("request_bytes") is not None:
-        return requests * kv_layout["request_bytes"]
+    """KV bytes that ``requests`` requests of max_model_len hold at once (whole blocks)."""
     return requests * kv_layout["blocks_per_request"] * kv_layout["bytes_per_block"]
+
+
+def startup_check_bytes(kv_layout):
+    """The KV bytes vLLM's startup check asks for one request of max_model_len: its blocks, or where a layout counts
+    it its own way (request_bytes: DeepSeek-V4's padded layer tuples) that figure."""
+    if kv_layout.get("request_bytes") is not None:
+        return kv_layout["request_bytes"]
+    return bytes_for_requests(kv_layout, 1)
 
 
 def bytes_per_token(kv_layout):

@@ -106,7 +106,9 @@ UNTIED_FAMILIES = (
     "glm4_moe", "olmo2", "olmoe", "gpt_neox", "gptj", "nemotron_h", "jamba", "hunyuan_v1_moe", "hunyuan_v1_dense",
     "minimax_m2", "exaone4", "dbrx", "mllama", "llama4", "llama4_text", "llava", "mistral3", "qwen2_vl",
     "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text",
-    "deepseek_v4",
+    "deepseek_v4", "hy_v3", "deepseek_v32", "glm_moe_dsa", "glm4_moe_lite", "step3p5", "step3p7", "mimo_v2_flash",
+    # remote-code classes derived from an untied one (Qwen2's, Llama's)
+    "mimo", "nemotron-nas",
 )
 
 LAYER_FULL, LAYER_SLIDING, LAYER_LINEAR = "full_attention", "sliding_attention", "linear_attention"
@@ -116,6 +118,7 @@ ATTENTION_KINDS = (LAYER_FULL, LAYER_SLIDING, LAYER_KV_SHARED)    # layers with 
 # Per-layer kind names seen in configs -> the profile's four kinds.
 LAYER_KIND = {
     "full_attention": LAYER_FULL, "attention": LAYER_FULL, "global": LAYER_FULL, "*": LAYER_FULL,
+    "deepseek_sparse_attention": LAYER_FULL,               # GLM-5.2's layer_types: MLA with its indexer
     "sliding_attention": LAYER_SLIDING, "sliding_window": LAYER_SLIDING, "local": LAYER_SLIDING,
     "linear_attention": LAYER_LINEAR, "mamba": LAYER_LINEAR, "M": LAYER_LINEAR, "linear": LAYER_LINEAR,
     "conv": LAYER_LINEAR,                                  # LFM2 short-convolution layers
@@ -224,7 +227,8 @@ def model_profile(config, source="config.json"):
 
 
 def _model_profile(config, source):
-    architecture = (config.get("architectures") or [None])[0]
+    named = config.get("architectures")
+    architecture = named if isinstance(named, str) else (named or [None])[0]      # one name, or vLLM's list
     config, named = _with_family(config, architecture)
     reader = _Reader(_text_config(config), source, outer=config)
     if named:
@@ -263,7 +267,7 @@ def _model_profile(config, source):
         "dtype": reader.value("dtype", default="bfloat16"),
         "moe": _moe(reader, layers),
         "mla": _mla(reader, layers),
-        "compressed_attention": _compressed_attention(reader.config, layers),
+        "compressed_attention": _compressed_attention(reader, layers),
         "num_nextn_predict_layers": int(reader.value("num_nextn_predict_layers") or 0),   # absent: none
         "quantization": quantization(config.get("quantization_config")
                                      or reader.config.get("quantization_config"), reader.value("expert_dtype")),
@@ -546,18 +550,27 @@ def _moe(reader, layers):
     }
 
 
+def _text_index(value):
+    """An integer layer field, or a [text, vision] pair's first entry; None otherwise."""
+    if isinstance(value, list) and value:
+        value = value[0]
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _dense_layers(reader, layers):
     """Indices of layers with a dense MLP instead of experts."""
     cfg = reader.config
     kinds = cfg.get("mlp_layer_types")                   # Hy3 (transformers 5): "dense" | "sparse"
     if isinstance(kinds, list) and len(kinds) == layers:
         return [i for i, kind in enumerate(kinds) if kind == "dense"]
-    dense = set(range(min(int(cfg.get("first_k_dense_replace") or cfg.get("moe_layer_start_index") or 0), layers)))
-    end = cfg.get("moe_layer_end_index")                # ERNIE 4.5: experts from start to end, every interval
-    if isinstance(end, int) and end >= 0:
+    # ERNIE 4.5: experts from moe_layer_start_index to moe_layer_end_index, every moe_layer_interval (its VL models
+    # list [text, vision] values, the text model's first: vLLM ernie45_vl_moe.py)
+    start, end, interval = (_text_index(cfg.get(field)) for field in
+                            ("moe_layer_start_index", "moe_layer_end_index", "moe_layer_interval"))
+    dense = set(range(min(int(cfg.get("first_k_dense_replace") or start or 0), layers)))
+    if end is not None and end >= 0:
         dense.update(range(end + 1, layers))
-    interval = cfg.get("moe_layer_interval")
-    if isinstance(interval, int) and interval > 1:
+    if interval is not None and interval > 1:
         dense.update(i for i in range(layers) if (i + 1) % interval)
     dense.update(i for i in (cfg.get("mlp_only_layers") or []) if 0 <= i < layers)
     # Qwen, and Llama 4's interleave_moe_layer_step: layer i is MoE when (i + 1) % step == 0
@@ -605,35 +618,50 @@ def _sparse_indexer(cfg, layers):
             "layers": layers, "head_dim": head, "heads": cfg.get("index_n_heads") or 0}
 
 
-def _compressed_attention(cfg, layers):
+# The compress ratios vLLM's V4 attention takes (compressor.py raises "Invalid compress ratio" for others): 0 or 1, the
+# window alone; 4, with an indexer; 128.
+DSV4_RATIOS = (0, 1, 4, 128)
+# V4's attention fields with the defaults of DeepSeek-V4-Flash's config.json.
+DSV4_FIELDS = {"sliding_window": 128, "head_dim": 512, "index_head_dim": 128, "index_n_heads": 64,
+               "q_lora_rank": 1024, "o_lora_rank": 1024, "o_groups": 8, "index_topk": 512}
+
+
+def _compressed_attention(reader, layers):
     """DeepSeek-V4's attention (vLLM deepseek_v4, from 0.20): one 512-wide KV head a layer kept as a sliding window
     and, where compress_ratios gives the layer a ratio over 1, compressed every ratio tokens (ratio 4 layers with a
-    lightning indexer); queries from a q_lora_rank latent, output through o_groups low-rank groups. None for other
-    configs. compress_ratios has one entry a decoder layer, then the MTP layers' (which keep the window alone)."""
-    ratios = cfg.get("compress_ratios")
-    if not isinstance(ratios, list) or len(ratios) < layers or not all(isinstance(r, int) for r in ratios):
+    lightning indexer); queries from a q_lora_rank latent, output through o_groups low-rank groups. None for configs
+    without compress_ratios; a ModelConfigError for one that vLLM would refuse. compress_ratios has one entry a
+    decoder layer, then the MTP layers' (which keep the window alone)."""
+    ratios = reader.config.get("compress_ratios")
+    if ratios is None:
         return None
-    return {"ratios": ratios[:layers], "window": cfg.get("sliding_window") or 128, "head_dim": cfg.get("head_dim") or 512,
-            "index_head_dim": cfg.get("index_head_dim") or 128, "index_heads": cfg.get("index_n_heads") or 64,
-            "q_lora_rank": cfg.get("q_lora_rank") or 1024, "o_lora_rank": cfg.get("o_lora_rank") or 1024,
-            "o_groups": cfg.get("o_groups") or 8, "index_topk": cfg.get("index_topk") or 512}
+    if not isinstance(ratios, list) or len(ratios) < layers or any(
+            not isinstance(r, int) or isinstance(r, bool) or r not in DSV4_RATIOS for r in ratios):
+        raise ModelConfigError(reader.source, "compress_ratios", "must list one of %s for each of the %d layers, got %r"
+                               % (DSV4_RATIOS, layers, ratios))
+    fields = {field: reader.positive(field, default=default) for field, default in DSV4_FIELDS.items()}
+    return {"ratios": ratios[:layers], "window": fields["sliding_window"], "head_dim": fields["head_dim"],
+            "index_head_dim": fields["index_head_dim"], "index_heads": fields["index_n_heads"],
+            "q_lora_rank": fields["q_lora_rank"], "o_lora_rank": fields["o_lora_rank"], "o_groups": fields["o_groups"],
+            "index_topk": fields["index_topk"]}
 
 
 def compressed_attention_params(compressed, hidden, heads, ratio):
-    """(parameters, those held whole on every tensor-parallel rank) of one V4 attention layer of this compress ratio
-    (vllm/models/deepseek_v4/attention.py and compressor.py, 0.32): fused_wqa_wkv (replicated), wq_b, wo_a, wo_b; a
-    compressor (replicated) over ratio > 1 layers, two windows wide at ratio 4; at ratio 4 the indexer's wq_b and
-    weights_proj (replicated) and its own compressor."""
+    """(parameters, those held whole on every tensor-parallel rank, those of them vLLM keeps unquantized) of one V4
+    attention layer of this compress ratio (vllm/models/deepseek_v4/attention.py and compressor.py, 0.32):
+    fused_wqa_wkv (replicated), wq_b, wo_a, wo_b; a compressor over ratio > 1 layers, two windows wide at ratio 4
+    (replicated, quant_config None); at ratio 4 the indexer's wq_b (replicated), weights_proj and own compressor
+    (replicated, unquantized)."""
     head, q_lora = compressed["head_dim"], compressed["q_lora_rank"]
     o_lora, groups = compressed["o_lora_rank"], compressed["o_groups"]
     whole = hidden * (q_lora + head)
     split = q_lora * heads * head + heads * head * o_lora + groups * o_lora * hidden
-    if ratio > 1:
-        whole += hidden * 2 * (2 if ratio == 4 else 1) * head
+    unquantized = hidden * 2 * (2 if ratio == 4 else 1) * head if ratio > 1 else 0
     if ratio == 4:
         index_head, index_heads = compressed["index_head_dim"], compressed["index_heads"]
-        whole += q_lora * index_heads * index_head + hidden * index_heads + hidden * 2 * 2 * index_head
-    return split + whole, whole
+        whole += q_lora * index_heads * index_head
+        unquantized += hidden * index_heads + hidden * 2 * 2 * index_head
+    return split + whole + unquantized, whole + unquantized, unquantized
 
 
 def _config_sliding_window(cfg):
@@ -650,11 +678,14 @@ def _layer_types(reader, layers):
     swa_flags = cfg.get("hybrid_layer_pattern")           # MiMo-V2: 1 a sliding-window layer, 0 a full one
     if isinstance(spelled, list) and len(spelled) == layers:
         kinds = [LAYER_KIND.get(k, LAYER_FULL) for k in spelled]
+        unknown = sorted({str(k) for k in spelled if k not in LAYER_KIND})
+        if unknown:
+            reader.warnings.append("layer kinds %s not recognised: those layers taken as full attention" % unknown)
     elif window and isinstance(swa_flags, list) and len(swa_flags) == layers:
         kinds = [LAYER_SLIDING if flag == 1 else LAYER_FULL for flag in swa_flags]
     elif isinstance(pattern, str) and len(pattern) == layers:
         kinds = [LAYER_KIND.get(k, LAYER_FULL) for k in pattern]
-    elif window and isinstance(cfg.get("sliding_window_pattern"), str) and \
+    elif window and isinstance(cfg.get("sliding_window_pattern"), str) and cfg["sliding_window_pattern"] and \
             set(cfg["sliding_window_pattern"]) <= {"L", "G"}:      # EXAONE 4: "LLLG", local / global, repeated
         letters = cfg["sliding_window_pattern"]
         kinds = [LAYER_SLIDING if letters[i % len(letters)] == "L" else LAYER_FULL for i in range(layers)]
@@ -845,10 +876,11 @@ def quantization(config, outer_expert_dtype=None):
     weight_type = "float" if method in FLOAT4_BLOCK else None
     activation_scheme = config.get("activation_scheme")
     zero_point = None                  # unknown: GPTQ and AWQ files hold qzeros whether or not they are symmetric
-    groups = [group for group in (config.get("config_groups") or {}).values() if isinstance(group, dict)]
+    groups = [group for group in (config.get("config_groups") or {}).values()
+              if isinstance(group, dict) and isinstance(group.get("weights") or {}, dict)]
     if groups:                                                   # compressed-tensors: the widest scheme leads
-        weights = max((group.get("weights") or {} for group in groups), key=lambda w: w.get("num_bits") or 0)
-        bits = bits or weights.get("num_bits")
+        weights = max((group.get("weights") or {} for group in groups), key=lambda w: _group_bits(w) or 0)
+        bits = bits or _group_bits(weights)
         group_size = group_size or weights.get("group_size")
         weight_type = weight_type or weights.get("type")
         if weights.get("symmetric") is True:
@@ -881,6 +913,14 @@ def quantization(config, outer_expert_dtype=None):
     }
 
 
+def _group_bits(weights):
+    """A compressed-tensors group's weight bits as an integer ("8" and 8 alike), None when it names none."""
+    bits = weights.get("num_bits")
+    if isinstance(bits, str) and bits.isdigit():
+        return int(bits)
+    return bits if isinstance(bits, int) and not isinstance(bits, bool) and bits > 0 else None
+
+
 # Where a checkpoint keeps its MLPs narrower than the rest (quantization "experts"): every MLP (dense, shared and
 # routed experts: a compressed-tensors group targeting them), or the routed experts alone (DeepSeek-V4's expert_dtype).
 EXPERTS_MLP, EXPERTS_ROUTED = "mlp", "routed"
@@ -897,8 +937,8 @@ def _narrower_experts(config, groups, bits):
     for group in groups:
         weights = group.get("weights") or {}
         targets = " ".join(str(target) for target in group.get("targets") or []).lower()
-        narrow = weights.get("num_bits")
-        if narrow and bits and narrow < bits and "attn" not in targets and "attention" not in targets:
+        narrow = _group_bits(weights)
+        if narrow and bits and narrow < int(bits) and "attn" not in targets and "attention" not in targets:
             routed = "expert" in targets and "mlp" not in targets
             return {"bits": narrow, "group_size": weights.get("group_size"), "weight_type": weights.get("type"),
                     "scope": EXPERTS_ROUTED if routed else EXPERTS_MLP}
@@ -962,7 +1002,7 @@ def attention_params(profile, kind=None, layer=None):
         q = (hidden * q_lora + q_lora + q_lora * heads * qk_head) if q_lora else hidden * heads * qk_head
         kv_a = hidden * (mla["kv_lora_rank"] + mla["qk_rope_head_dim"]) + mla["kv_lora_rank"]
         kv_b = mla["kv_lora_rank"] * heads * (mla["qk_nope_head_dim"] + mla["v_head_dim"])
-        return q + kv_a + kv_b + heads * mla["v_head_dim"] * hidden + indexer_params(mla, hidden)
+        return q + kv_a + kv_b + heads * mla["v_head_dim"] * hidden
     shape = (profile.get("kv_shapes") or {}).get(kind) or {}
     head_dim = shape.get("head_dim") or profile["head_dim"]
     v_head_dim = shape.get("v_head_dim") or head_dim
@@ -971,11 +1011,13 @@ def attention_params(profile, kind=None, layer=None):
 
 
 def indexer_params(mla, hidden):
-    """One layer's sparse-attention indexer (vLLM deepseek_v2.py Indexer, 0.19: wq_b from the q latent to its heads,
-    wk and weights_proj from the hidden state, k_norm's weight and bias); none for dense MLA."""
+    """(parameters, those vLLM keeps unquantized) of one layer's sparse-attention indexer (vLLM deepseek_v2.py
+    Indexer, 0.19: wq_b from the q latent to its heads, wk and the unquantized weights_proj from the hidden state,
+    k_norm's weight and bias); none for dense MLA."""
     indexer = mla.get("indexer") or {}
     head, heads = indexer.get("head_dim") or 0, indexer.get("heads") or 0
-    return (mla.get("q_lora_rank") or hidden) * heads * head + hidden * (head + heads) + 2 * head
+    unquantized = hidden * heads + 2 * head
+    return (mla.get("q_lora_rank") or hidden) * heads * head + hidden * head + unquantized, unquantized
 
 
 def mla_replicated_params(mla, hidden):
@@ -983,7 +1025,7 @@ def mla_replicated_params(mla, hidden):
     kv_a_proj_with_mqa, fused with disable_tp or ReplicatedLinear) and the indexer (ReplicatedLinear throughout;
     vllm/model_executor/models/deepseek_v2.py, 0.19.0)."""
     q_a = hidden * mla["q_lora_rank"] if mla.get("q_lora_rank") else 0
-    return q_a + hidden * (mla["kv_lora_rank"] + mla["qk_rope_head_dim"]) + indexer_params(mla, hidden)
+    return q_a + hidden * (mla["kv_lora_rank"] + mla["qk_rope_head_dim"])
 
 
 def gated_mlp_params(hidden, intermediate, matrices=3):
@@ -1058,21 +1100,35 @@ def mixer_params(profile):
     if profile.get("compressed_attention"):
         attention = sum(attention_params(profile, layer=index) for index in range(len(kinds)))
     else:
-        attention = sum(kinds.count(kind) * attention_params(profile, kind) for kind in ATTENTION_KINDS)
+        attention = sum(kinds.count(kind) * attention_params(profile, kind) for kind in ATTENTION_KINDS) \
+            + _indexer_params(profile)
     linear_layers = sum(1 for kind in kinds if kind == LAYER_LINEAR)
     return attention + linear_layers * linear_mixer_params(profile), attention
 
 
 def _replicated_attention_params(profile):
-    """The attention parameters every tensor-parallel rank holds whole (MLA's down-projections and indexer, V4's)."""
+    """(the attention parameters every tensor-parallel rank holds whole, those of them vLLM keeps unquantized):
+    MLA's down-projections on every attention layer and the indexer on the layers that keep one, V4's (its
+    compressors and indexer weights unquantized)."""
     hidden, heads = profile["hidden_size"], profile["num_attention_heads"]
     compressed, mla = profile.get("compressed_attention"), profile.get("mla")
     if compressed:
-        return sum(compressed_attention_params(compressed, hidden, heads, ratio)[1] for ratio in compressed["ratios"])
+        parts = [compressed_attention_params(compressed, hidden, heads, ratio)[1:] for ratio in compressed["ratios"]]
+        return sum(whole for whole, _unquantized in parts), sum(unquantized for _whole, unquantized in parts)
     if not mla:
-        return 0
+        return 0, 0
     kinds = profile.get("layer_types") or [LAYER_FULL] * profile["num_hidden_layers"]
-    return sum(kinds.count(kind) for kind in ATTENTION_KINDS) * mla_replicated_params(mla, hidden)
+    indexed = (mla.get("indexer") or {}).get("indexed_layers") or 0
+    indexer, unquantized = indexer_params(mla, hidden)
+    down = sum(kinds.count(kind) for kind in ATTENTION_KINDS) * mla_replicated_params(mla, hidden)
+    return down + indexed * indexer, indexed * unquantized
+
+
+def _indexer_params(profile):
+    """The sparse-attention indexers' parameters over the layers that keep one (IndexCache: index_topk_freq /
+    index_topk_pattern)."""
+    mla = profile.get("mla") or {}
+    return ((mla.get("indexer") or {}).get("indexed_layers") or 0) * indexer_params(mla, profile["hidden_size"])[0]
 
 
 def expert_width(profile):
@@ -1121,12 +1177,13 @@ def count_params(profile):
     mtp_mlp = (moe_layer_params(profile, moe["num_experts"]) if moe
                else gated_mlp_params(hidden, profile["intermediate_size"], _mlp_matrices(profile)))
     mtp_layer = attention_params(profile) + mtp_mlp + 2 * hidden * hidden + 5 * hidden   # + eh_proj; 2 layer + 3 mtp norms
+    replicated = _replicated_attention_params(profile)
     return {"total": total, "active": active, "embedding": embedding, "attention": attention,
             "shared_experts": moe_layers * shared_expert_params(profile), "dense_mlp": dense_mlp,
             "mtp": profile.get("num_nextn_predict_layers", 0) * mtp_layer, "vision": vision,
             # within the total, held whole on every tensor-parallel rank: MLA's down-projections and indexer on
             # its attention layers, and the routers (GateLinear / ReplicatedLinear in vLLM's MoE models)
-            "replicated_attention": _replicated_attention_params(profile),
+            "replicated_attention": replicated[0] - replicated[1], "replicated_16bit": replicated[1],
             "router": moe_layers * hidden * moe["num_experts"] if moe else 0,
             "routed_experts": moe_layers * moe["num_experts"] * gated_mlp_params(
                 expert_width(profile), moe["moe_intermediate_size"], _mlp_matrices(profile)) if moe else 0}

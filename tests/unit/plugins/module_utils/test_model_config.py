@@ -258,10 +258,11 @@ def test_mla_down_projections_indexer_and_routers_are_whole_on_every_rank(indexe
     2.3 GiB lower; the count stays a floor."""
     p = model_profile(dict(DEEPSEEK_V3, **indexer))
     params, hidden = p["params"], 7168
-    mla = hidden * 1536 + hidden * (512 + 64) + (1536 * 64 * 128 + hidden * (128 + 64) + 2 * 128 if indexer else 0)
+    mla = hidden * 1536 + hidden * (512 + 64) + (1536 * 64 * 128 + hidden * 128 if indexer else 0)
     assert params["replicated_attention"] == 61 * mla and params["router"] == 58 * hidden * 256
+    assert params["replicated_16bit"] == (61 * (hidden * 64 + 2 * 128) if indexer else 0)   # weights_proj, k_norm
     per_rank = budget.nominal_weight_bytes_per_rank(p, 8, 8, False)
-    whole = params["replicated_attention"] * 1 + params["router"] * 2             # fp8 attention, 16-bit routers
+    whole = params["replicated_attention"] * 1 + (params["router"] + params["replicated_16bit"]) * 2
     assert budget.tp_replicated_excess_bytes(p, 8, 8) == int(whole - whole / 8)
     assert loaded_gib - 0.75 < per_rank / 2 ** 30 < loaded_gib
     assert budget.tp_replicated_excess_bytes(p, 8, 1) == 0
@@ -1031,9 +1032,13 @@ def test_deepseek_v4_reads_its_compressed_attention_and_fp4_experts():
     assert p["quantization"]["experts"] == {"bits": 4, "group_size": 32, "weight_type": "float", "scope": "routed"}
     assert p["params"]["routed_experts"] == 43 * 256 * 3 * 4096 * 2048
     params = p["params"]
-    kept = params["embedding"] + params["router"]
+    # the compressors and the indexers' weights_proj are built unquantized (quant_config None), as the routers
+    compressors = 21 * (4096 * 2 * 2 * 512 + 4096 * 64 + 4096 * 2 * 2 * 128) + 20 * 4096 * 2 * 512
+    assert params["replicated_16bit"] == compressors
+    kept = params["embedding"] + params["router"] + compressors
     whole = (params["total"] - kept - params["routed_experts"]) * 1 + params["routed_experts"] * 4.25 / 8 + kept * 2
     assert abs(budget.nominal_weight_bytes_per_rank(p, 8, 1, False) - whole) <= 1
+    assert budget.nominal_weight_bytes_per_rank(p, 16, 1, False) == params["total"] * 2     # a bf16 tier: no FP4
     layout = kv_layout.layout(p, 4, 1, 256, 1048576, 8192, 0, None,
                               engine_memory.sparse_mla_policy({"version": "0.23.0"}, 1))
     assert layout["bytes_per_block"] == 22 * 37440 + 21 * 8640 + 20 * 1728      # not split by tensor parallelism
@@ -1100,6 +1105,16 @@ def test_deepseek_v4_pipeline_stages_keep_the_caches_of_their_own_layers():
     stages = [budget.stage_compressed_attention(p, share)["ratios"] for share in shares]
     assert [len(ratios) for ratios in stages] == [22, 21] and stages[0] + stages[1] == p["compressed_attention"]["ratios"]
     assert budget.stage_compressed_attention(model_profile(LLAMA_31_8B), shares[0]) is None
+    # the plan's stage 1 (11 ratio-4 and 10 ratio-128 layers) sizes its blocks by its own caches
+    total = int(139.81 * 2 ** 30)
+    plan = budget.plan(p, [{"name": "fp8", "bits": 8, "dtype": "bfloat16", "present": True, "weights_dir": "x"}],
+                       [{"index": i, "total": total, "free": total} for i in range(4)], gpu_memory_utilization=0.9,
+                       kv_cache_dtype="fp8", max_model_len=65536, min_max_model_len=65536, max_num_seqs=8,
+                       min_max_num_seqs=8, tensor_parallel_size=2, pipeline_parallel_size=2, block_size=256,
+                       engine={"version": "0.32.0", "gpu_name": "NVIDIA H200", "max_num_batched_tokens": 8192})
+    stage = plan["ladder"][0]["table_gib"]["stages"][1]
+    block = 11 * 37440 + 11 * 8640 + 10 * 1728
+    assert abs(stage["kv_cache_blocks"] - stage["kv_available"] * 2 ** 30 / block) < 0.001 * stage["kv_cache_blocks"]
 
 
 def test_a_letter_pattern_of_local_and_global_layers():
@@ -1131,3 +1146,35 @@ def test_deepseek_v4_prefill_workspace_follows_the_context():
     assert engine_memory.compressed_attention_workspace_bytes(model_profile(DEEPSEEK_V3), settings) == 0
     short = engine_memory.compressed_attention_workspace_bytes(p, dict(settings, max_model_len=65536))
     assert short == 4 * (16384 + 128 + 8192) * 512 * 2 + indices
+
+
+@pytest.mark.parametrize("fields, field", [
+    ({"compress_ratios": [0, 4, 128]}, "compress_ratios"),                       # fewer than the layers
+    ({"compress_ratios": [0, 0] + [4, 128] * 20 + [8, 0]}, "compress_ratios"),  # vLLM raises for ratio 8
+    ({"compress_ratios": [0.0] * 44}, "compress_ratios"),
+    ({"sliding_window": "128"}, "sliding_window"),
+    ({"index_topk": "512"}, "index_topk"),
+])
+def test_a_deepseek_v4_config_vllm_would_refuse_is_an_error_naming_its_field(fields, field):
+    with pytest.raises(ModelConfigError) as caught:
+        model_profile(dict(DEEPSEEK_V4_FLASH, **fields), source="v4/config.json")
+    assert caught.value.field == field
+
+
+def test_odd_field_shapes_read_or_fail_plainly():
+    """Group bits written as strings, ERNIE-4.5-VL's [text, vision] expert ranges, a bare architecture string, an
+    unknown layer kind: each read, or said."""
+    quant = {"quant_method": "compressed-tensors", "config_groups": {
+        "a": {"targets": ["re:.*self_attn.*"], "weights": {"num_bits": "8", "type": "float"}},
+        "b": {"targets": ["re:.*mlp.*"], "weights": {"num_bits": "4", "type": "float", "group_size": 16}},
+        "c": {"weights": "not a scheme"}}}
+    p = model_profile(dict(HY3, quantization_config=quant))
+    assert p["quantization"]["bits"] == 8 and p["quantization"]["experts"]["bits"] == 4
+    budget.nominal_weight_bytes_per_rank(p, 8, 4, False)
+    vl = model_profile(dict(LLAMA_31_8B, model_type="ernie4_5_moe", num_hidden_layers=8, moe_num_experts=64, moe_k=6,
+                            moe_intermediate_size=1536, moe_layer_start_index=[1, 1], moe_layer_end_index=[6, 5]))
+    assert vl["moe"]["dense_layers"] == [0, 7]
+    bare = model_profile(dict(_without_model_type(QWEN3_30B_A3B), architectures="Qwen3MoeForCausalLM"))
+    assert bare["model_type"] == "qwen3_moe"
+    odd = model_profile(dict(LLAMA_31_8B, num_hidden_layers=2, layer_types=["full_attention", "hyper_attention"]))
+    assert any("hyper_attention" in w for w in odd["warnings"])
