@@ -203,8 +203,7 @@ def narrower_params(profile, share=1.0):
     params = profile["params"]
     narrow = params.get("routed_experts") or 0
     if experts["scope"] == EXPERTS_MLP:
-        ignored = _ignored_names(profile)
-        kept = _kept_shares(profile, ignored) if ignored else {}
+        kept = _kept_shares(profile, _ignored_names(profile))
         narrow += sum((params.get(family) or 0) * (1 - kept.get(family, 0)) for family in ("shared_experts", "dense_mlp"))
     return narrow * share
 
@@ -228,8 +227,7 @@ def tp_replicated_excess_bytes(profile, bits, tp):
     params = profile["params"]
     if tp <= 1:
         return 0
-    ignored = _ignored_names(profile)
-    kept = _kept_shares(profile, ignored).get("attention", 0) if bits < 16 and ignored else 0
+    kept = _kept_shares(profile, _ignored_names(profile)).get("attention", 0) if bits < 16 else 0
     quantized = effective_bits(bits, profile.get("quantization")) / 8 if bits < 16 else unquantized_bytes(bits)
     attention_bytes = kept * unquantized_bytes(bits) + (1 - kept) * quantized
     whole = (params.get("replicated_attention") or 0) * attention_bytes \

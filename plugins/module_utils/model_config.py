@@ -227,13 +227,13 @@ def model_profile(config, source="config.json"):
 
 
 def _model_profile(config, source):
-    named = config.get("architectures")
-    architecture = named if isinstance(named, str) else (named or [None])[0]      # one name, or vLLM's list
-    config, named = _with_family(config, architecture)
+    architectures = config.get("architectures")
+    architecture = architectures if isinstance(architectures, str) else (architectures or [None])[0]  # one, or a list
+    config, family = _with_family(config, architecture)
     reader = _Reader(_text_config(config), source, outer=config)
-    if named:
+    if family:
         reader.warnings.append("model_type missing: read as the %s family its architecture %s names"
-                               % (named, architecture))
+                               % (family, architecture))
     model_type = config.get("model_type") or reader.config.get("model_type")
     known = reader.known
     if not known:
@@ -283,9 +283,9 @@ def _model_profile(config, source):
     _gemma4(reader, profile)
     _mimo_v2(reader.config, profile)
     profile["mlp_activation"] = reader.config.get("mlp_hidden_act") or reader.config.get("hidden_act")
-    blocks = _spelled_blocks(reader.config, layers)
-    if blocks and any(block in NEMOTRON_MLP for block in blocks):
-        profile["mlp_layers"] = [NEMOTRON_MLP.get(block) for block in blocks]
+    mixers = _spelled_blocks(reader.config, layers)
+    if mixers and any(block in NEMOTRON_MLP for block in mixers):
+        profile["mlp_layers"] = [NEMOTRON_MLP.get(block) for block in mixers]
     profile["linear_state"] = _linear_state(reader.config, hidden) if LAYER_LINEAR in profile["layer_types"] else None
     if LAYER_LINEAR in profile["layer_types"] and profile["linear_state"] is None:
         reader.warnings.append("linear-attention/mamba state fields not recognised: those layers are counted with the "
@@ -871,7 +871,6 @@ def quantization(config, outer_expert_dtype=None):
         return None
     method = str(config.get("quant_method") or config.get("quantization_method") or "unknown").lower()
     bits = config.get("bits") or config.get("w_bit") or config.get("weight_bits")
-    config = dict(config, expert_dtype=config.get("expert_dtype") or outer_expert_dtype)
     group_size = config.get("group_size") or config.get("q_group_size")
     weight_type = "float" if method in FLOAT4_BLOCK else None
     activation_scheme = config.get("activation_scheme")
@@ -906,7 +905,7 @@ def quantization(config, outer_expert_dtype=None):
         "weight_type": weight_type,     # "int" or "float" (4-bit floats carry one 8-bit scale a block)
         "activation_scheme": activation_scheme,     # "static" or "dynamic" activation scales, or None
         "zero_point": zero_point,       # False: the groups have a scale and no zero point
-        "experts": _narrower_experts(config, groups, bits),
+        "experts": _narrower_experts(config.get("expert_dtype") or outer_expert_dtype, groups, bits),
         "ignored_layers": _names(config.get("ignored_layers") or config.get("modules_to_not_convert")
                                  or config.get("ignore") or config.get("exclude_modules")),
         "kv_cache_dtype": _checkpoint_kv_cache_dtype(config, method),
@@ -926,13 +925,13 @@ def _group_bits(weights):
 EXPERTS_MLP, EXPERTS_ROUTED = "mlp", "routed"
 
 
-def _narrower_experts(config, groups, bits):
+def _narrower_experts(expert_dtype, groups, bits):
     """{bits, group_size, weight_type, scope} of MLP weights held in fewer bits than the rest: the narrower of a
     compressed-tensors config's groups, unless its targets name the attention (RedHatAI's Hy3-NVFP4-FP8: NVFP4 MLPs
     beside fp8 attention; mixed-precision recipes keep the attention wider), over the routed experts alone where its
     targets name experts and not MLPs; or DeepSeek-V4's FP4 routed experts (e2m1, one ue8m0 scale a 32, beside fp8
     blocks). None when every linear layer takes the same scheme."""
-    if str(config.get("expert_dtype") or "").lower() == "fp4":
+    if str(expert_dtype or "").lower() == "fp4":
         return {"bits": 4, "group_size": 32, "weight_type": "float", "scope": EXPERTS_ROUTED}
     for group in groups:
         weights = group.get("weights") or {}
@@ -1101,7 +1100,7 @@ def mixer_params(profile):
         attention = sum(attention_params(profile, layer=index) for index in range(len(kinds)))
     else:
         attention = sum(kinds.count(kind) * attention_params(profile, kind) for kind in ATTENTION_KINDS) \
-            + _indexer_params(profile)
+            + _indexer_params(profile)[0]
     linear_layers = sum(1 for kind in kinds if kind == LAYER_LINEAR)
     return attention + linear_layers * linear_mixer_params(profile), attention
 
@@ -1118,17 +1117,20 @@ def _replicated_attention_params(profile):
     if not mla:
         return 0, 0
     kinds = profile.get("layer_types") or [LAYER_FULL] * profile["num_hidden_layers"]
-    indexed = (mla.get("indexer") or {}).get("indexed_layers") or 0
-    indexer, unquantized = indexer_params(mla, hidden)
+    indexers, unquantized = _indexer_params(profile)
     down = sum(kinds.count(kind) for kind in ATTENTION_KINDS) * mla_replicated_params(mla, hidden)
-    return down + indexed * indexer, indexed * unquantized
+    return down + indexers, unquantized
 
 
 def _indexer_params(profile):
-    """The sparse-attention indexers' parameters over the layers that keep one (IndexCache: index_topk_freq /
-    index_topk_pattern)."""
+    """(parameters, those vLLM keeps unquantized) of the sparse-attention indexers over the layers that keep one
+    (IndexCache: index_topk_freq / index_topk_pattern); (0, 0) for dense MLA and other attention."""
     mla = profile.get("mla") or {}
-    return ((mla.get("indexer") or {}).get("indexed_layers") or 0) * indexer_params(mla, profile["hidden_size"])[0]
+    indexed = (mla.get("indexer") or {}).get("indexed_layers") or 0
+    if not indexed:
+        return 0, 0
+    params, unquantized = indexer_params(mla, profile["hidden_size"])
+    return indexed * params, indexed * unquantized
 
 
 def expert_width(profile):
