@@ -157,9 +157,11 @@ def engine_of(case, settings, entries=None):
         engine["moe_backend"] = settings["moe_backend"]
     # where the run set them, or its log or install says
     for knob in ("flashinfer_sampler", "max_cudagraph_capture_size", "async_scheduling", "enable_prefix_caching",
-                 "mamba_ssm_cache_dtype", "nvlink", "compile_cache_warm"):
+                 "mamba_ssm_cache_dtype", "compile_cache_warm"):
         if settings.get(knob) is not None:
             engine[knob] = settings[knob]
+    if case["gpu"].get("nvlink") is not None:     # the GPUs' link state, a fact of the host as NVML gives it
+        engine["nvlink"] = bool(case["gpu"]["nvlink"])
     if settings.get("speculative"):
         engine.update(engine_memory.config_settings({"speculative-config": settings["speculative"]})[0])
     if settings.get("attention_backend"):      # set on the command line: the calibration key names it
