@@ -343,7 +343,7 @@ def fit_features(case):
     engine = result["engine"]
     term = engine_memory.tensor_parallel_term(result["tensor_parallel_size"], engine.get("version"),
                                               engine.get("gpu_name"), engine.get("nvlink"))
-    pcie_gib = engine_memory.COPIES[term] / GIB if term == "tensor_parallel_pcie" else 0    # a set amount
+    pcie_gib = engine_memory.COPIES[term] / GIB if term == "tensor_parallel_channels" else 0    # a set amount
     # the fitted runtime amount is the moved baseline's; earlier engines' measured amount is a known term
     moved = engine_memory.engine_version(engine.get("version")) >= engine_memory.BASELINE_MOVED_SINCE
     early_gib = 0 if moved else engine_memory.COPIES["runtime_early"] / GIB

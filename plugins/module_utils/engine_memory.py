@@ -74,8 +74,9 @@ COPIES = {
                                       # TP 4 logs: non-torch 2.06 - 2.21 GiB against 0.25 at TP 1)
     "tensor_parallel_early": 0.68 * GIB,  # the share v0.11 - v0.17 engines count (fitted on their TP logs; the
                                           # v0.11.0 TP 2 profiling lines alone give 0.4)
-    "tensor_parallel_pcie": 0.10 * GIB,  # the same between PCIe boards (PCIE_BOARDS): NCCL's PCIe channels
-                                         # (an estimate; no corpus log prints it apart)
+    "tensor_parallel_channels": 0.10 * GIB,  # the same where NCCL's point-to-point channels are all there is:
+                                             # between PCIe boards (PCIE_BOARDS) and NVLink boards older than
+                                             # Hopper (peer_channels_only; an estimate no corpus log prints apart)
     "unified_memory_host": 2.0 * GIB,  # on a GPU that shares the host's memory (UNIFIED_MEMORY_CAPABILITIES) the
                                        # engine process's own host growth in its profile run (compilation, the
                                        # Python heap, host buffers) is device memory too and lands in non-torch:
@@ -1351,8 +1352,12 @@ def _baseline_moved(version):
 # not known. The tensor-parallel amount is fitted on NVLink boards (H100 / H200 HGX), where NCCL connects NVLink
 # channels (and NVLS buffers on NVSwitch systems, about 0.3 GiB a rank at TP 8: vLLM issue #9699) and SM90 /
 # SM100 add FlashInfer's all-reduce workspaces (all_reduce_utils, 0.29); between PCIe boards NCCL's PCIe / host
-# channels are what remains: COPIES["tensor_parallel_pcie"], an estimate the corpus's PCIe TP 2 totals bear out
-# (2 x L40S v0.16 within 0.31 GiB, 2 x RTX 4090, 2 x L4 v0.29 by tokens).
+# channels are what remains: COPIES["tensor_parallel_channels"], an estimate the corpus's PCIe TP 2 totals bear out
+# (2 x L40S v0.16 within 0.31 GiB, 2 x RTX 4090, 2 x L4 v0.29 by tokens). NVLink boards older than Hopper (A100,
+# A800, V100) build none of the rest either: NVLS needs Hopper, and vLLM keeps its symmetric-memory and FlashInfer
+# all-reduce workspaces for SM 9.0 / 10.x alone (SYMM_MEM_ALL_REDUCE_MAX_SIZES, FI_ALLREDUCE_FUSION_MAX_SIZE_MB,
+# 0.20), its custom all-reduce an 8 MiB buffer; the corpus's A100 / A800 TP 4 starts with printed weights (v0.13,
+# v0.19, v0.20) were 0.6 - 2.0 GiB under with the Hopper amounts, 0.2 GiB either side with this one.
 PCIE_BOARDS = re.compile(r"pcie|\b(l4|l40s?|l20|t4|p4|p40|p100|a2|a10g?|a16|a40|a30|rtx|geforce|quadro|titan|active)\b"
                          r"|\b\d0[5-9]0\b|a[456]000")
 
@@ -1372,9 +1377,17 @@ def tensor_parallel_term(tp, version, gpu_name=None, nvlink=None):
     linked = nvlink if nvlink is not None else nvlink_board(gpu_name)
     if engine_version(version) < LAZY_NCCL_COUNTED_SINCE:
         return "tensor_parallel" if linked and nvls_capable(gpu_name) else None
-    if not linked:
-        return "tensor_parallel_pcie"
+    if not linked or peer_channels_only(gpu_name):
+        return "tensor_parallel_channels"
     return "tensor_parallel" if _baseline_moved(version) else "tensor_parallel_early"
+
+
+def peer_channels_only(gpu_name):
+    """Whether NVLink-connected GPUs of this model hold NCCL's point-to-point channels alone under tensor
+    parallelism: a known board older than Hopper, the first with NVLS (NVLS_SINCE_CAPABILITY); an unknown one is
+    not taken for one."""
+    capability = gpu_capability(gpu_name)
+    return bool(capability) and capability < NVLS_SINCE_CAPABILITY
 
 
 def nvls_capable(gpu_name):

@@ -875,11 +875,32 @@ def test_engines_before_0_11_count_the_nvls_buffers_nccl_builds_at_init(version,
 ])
 def test_pcie_boards_count_nccl_channels_alone(gpu, nvlink):
     full = engine_memory.tensor_parallel_bytes(2, "0.29.0", gpu)
+    linked = "tensor_parallel_channels" if engine_memory.peer_channels_only(gpu) else "tensor_parallel"
     assert engine_memory.nvlink_board(gpu) is nvlink
-    assert full == int(engine_memory.COPIES["tensor_parallel" if nvlink else "tensor_parallel_pcie"])
+    assert full == int(engine_memory.COPIES[linked if nvlink else "tensor_parallel_channels"])
     # NVML's link state, where the facts have it, wins over the name
     assert engine_memory.tensor_parallel_bytes(2, "0.29.0", gpu, nvlink=not nvlink) == int(
-        engine_memory.COPIES["tensor_parallel_pcie" if nvlink else "tensor_parallel"])
+        engine_memory.COPIES["tensor_parallel_channels" if nvlink else linked])
+
+
+@pytest.mark.parametrize("gpu, channels_only", [
+    ("NVIDIA A100-SXM4-80GB", True), ("NVIDIA A800-SXM4-80GB", True), ("Tesla V100-SXM2-32GB", True),
+    ("NVIDIA H100 80GB HBM3", False), ("NVIDIA H200", False), ("NVIDIA B200", False), ("NVIDIA H100 NVL", False),
+    ("Some Future Board", False), (None, False),
+])
+def test_nvlink_boards_older_than_hopper_hold_nccl_channels_alone(gpu, channels_only):
+    """NVLS, vLLM's symmetric-memory and FlashInfer all-reduce workspaces need SM 9.0+: an A100 / A800 / V100
+    NVLink group keeps NCCL's peer channels alone, in every version that counts them; an unknown board keeps the
+    Hopper amount (the larger)."""
+    assert engine_memory.peer_channels_only(gpu) is channels_only
+    for version, hopper in (("0.13.0", "tensor_parallel_early"), ("0.19.0", "tensor_parallel"),
+                            ("0.29.0", "tensor_parallel")):
+        expected = "tensor_parallel_channels" if channels_only else hopper
+        assert engine_memory.tensor_parallel_bytes(4, version, gpu, nvlink=True) == int(
+            engine_memory.COPIES[expected])
+    # before 0.11 only NVLS buffers counted, which these boards never build
+    if channels_only:
+        assert engine_memory.tensor_parallel_bytes(4, "0.10.1", gpu, nvlink=True) == 0
 
 
 def test_pipeline_stages_are_listed_and_the_smallest_cache_is_kept():
