@@ -1002,6 +1002,8 @@ def expert_workspace_parts(profile, tp, settings, act_bytes=2):
     if _version(settings) < FUSED_MOE_UNCHUNKED_SINCE and not settings.get("expert_parallel"):
         chunk = min(tokens, FUSED_MOE_CHUNK_TOKENS)
     backend = moe_backend(profile, settings) if quantized_experts(profile, settings) else MOE_TRITON
+    if backend == MOE_TRITON and _quant_method(profile) == "mxfp4":
+        return openai_triton_workspace_parts(tokens, top_k, inter, hidden, settings, act_bytes)
     if backend == MOE_MARLIN:
         if marlin_modular(profile, settings):
             return marlin_modular_workspace_bytes(tokens, chunk, top_k, inter, hidden, act_bytes), 0
@@ -1018,6 +1020,17 @@ def expert_workspace_parts(profile, tp, settings, act_bytes=2):
         return 0, workspace
     # Triton experts (and, for want of their own shapes, vLLM's CUTLASS)
     return workspace, 0
+
+
+def openai_triton_workspace_parts(tokens, top_k, inter, hidden, settings, act_bytes=2):
+    """(kept, per call) of OpenAI's Triton MXFP4 experts (gpt-oss on Hopper): the tokens x top_k x I activation
+    between the two matmul_ogs calls and the tokens x hidden output. Under plain tensor parallelism vLLM calls
+    them directly (Mxfp4MoEMethod.apply -> triton_kernel_moe_forward, 0.15.1 and 0.17.1) or as the monolithic
+    expert it prefers (OAITritonMxfp4ExpertsMonolithic, oracle/mxfp4.py 0.19 - 0.23), which allocate per call;
+    only expert parallelism routes them through the modular OAITritonExperts, whose workspace_shapes are the same
+    two buffers, held in vLLM's workspace cache."""
+    size = int((tokens * top_k * inter + tokens * hidden) * act_bytes)
+    return (size, 0) if settings.get("expert_parallel") else (0, size)
 
 
 def modular_workspace_elements(chunk, top_k, inter, hidden):

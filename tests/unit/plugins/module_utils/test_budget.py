@@ -738,9 +738,9 @@ def test_the_sampler_path_follows_the_engine_and_its_host(version, flashinfer, e
 
 def test_per_call_expert_buffers_do_not_stack_on_the_sampler_phase():
     # gpt-oss-120b's shapes on one GPU, v0.10.1: the direct Marlin call's buffers (per call) are freed before the
-    # sampler runs, so with 1024 sorted rows of a 201088-entry vocabulary (7.36 GiB) they add nothing; the
-    # modular kernel's (0.19, kept) add in full. The public v0.10.1 H100 PCIe start took 7.44 GiB beyond its
-    # weights (vLLM issue #23278).
+    # sampler runs, so with 1024 sorted rows of a 201088-entry vocabulary (7.36 GiB) they add nothing; Marlin's
+    # modular kernel (0.19 on an A100, kept) adds them in full. The public v0.10.1 H100 PCIe start took 7.44 GiB
+    # beyond its weights (vLLM issue #23278).
     profile = dict(TINY, vocab_size=201088, hidden_size=2880, num_hidden_layers=36,
                    moe={"num_experts": 128, "num_experts_per_tok": 4, "moe_intermediate_size": 2880},
                    quantization={"method": "mxfp4", "bits": 4})
@@ -751,8 +751,25 @@ def test_per_call_expert_buffers_do_not_stack_on_the_sampler_phase():
     lines = engine_memory.overhead(profile, 1, settings)
     assert lines["moe_workspace"] == 0
     assert round(lines["activation_peak"] / GIB, 2) == 7.41
-    modular = engine_memory.overhead(profile, 1, dict(settings, version="0.19.0"))
-    assert modular["moe_workspace"] == sum(engine_memory.moe_workspace_parts(profile, 1, dict(settings, version="0.19.0"))) > 0
+    a100 = dict(settings, version="0.19.0", gpu_name="NVIDIA A100-SXM4-80GB")
+    modular = engine_memory.overhead(profile, 1, a100)
+    assert modular["moe_workspace"] == sum(engine_memory.moe_workspace_parts(profile, 1, a100)) > 0
+
+
+def test_openai_triton_experts_allocate_per_call_unless_expert_parallel():
+    """gpt-oss on Hopper from 0.14 runs OpenAI's Triton MXFP4 kernels: called directly (0.15.1, 0.17.1) or as the
+    monolithic expert (0.19 - 0.23), their tokens x top_k x I activation and tokens x hidden output are allocated per
+    call, outside vLLM's workspace cache; only expert parallelism's modular OAITritonExperts keeps them. The v0.19
+    H100 starts of gpt-oss-20b print a torch peak of 2.87 GiB, the sampler's alone, at TP 1, 2 and 4."""
+    profile = dict(TINY, vocab_size=201088, hidden_size=2880, num_hidden_layers=24,
+                   moe={"num_experts": 32, "num_experts_per_tok": 4, "moe_intermediate_size": 2880},
+                   quantization={"method": "mxfp4", "bits": 4})
+    settings = {"version": "0.19.0", "gpu_name": "NVIDIA H100 80GB HBM3", "max_num_batched_tokens": 8192,
+                "max_num_seqs": 1024}
+    size = (8192 * 4 * 1440 + 8192 * 2880) * 2
+    assert engine_memory.moe_workspace_parts(profile, 2, settings) == (0, size)
+    assert engine_memory.moe_workspace_parts(profile, 2, dict(settings, expert_parallel=True))[0] > 0
+    assert engine_memory.overhead(profile, 2, settings)["moe_workspace"] == 0
 
 
 def test_capture_sizes_stop_at_the_engines_largest():
