@@ -29,14 +29,14 @@ def test_each_host_gets_its_own_budget(report):
     h100 = row(out, "gpu-h100-b")
     assert "58.52" in h100 and "| int4 | 18.2 |" in h100 and "| 0.73 |" in h100 and "| 117760 |" in h100
     assert h100.endswith("| yes / yes | retreated 3 steps | budgeted |")
-    assert row(out, "gpu-a100-c").endswith("| no / no | cannot hold: short by 36.52 GiB per GPU | budgeted |")
+    assert row(out, "gpu-a100-c").endswith("| no / no | cannot hold: short by 34.68 GiB per GPU | budgeted |")
 
 
 def test_report_files_on_the_controller(report):
     out, out_dir = report
     rows = json.loads((out_dir / "fleet_budget.json").read_text())
     assert [r["host"] for r in rows] == ["gpu-h200-a", "gpu-h100-b", "gpu-a100-c"]
-    assert rows[2]["verdict"] == "cannot hold" and rows[2]["shortfall_gib"] == 36.52
+    assert rows[2]["verdict"] == "cannot hold" and rows[2]["shortfall_gib"] == 34.68
     assert rows[2]["status"] == "cannot_hold" and rows[1]["status"] == "retreated"
     assert rows[0]["overhead_source"] == "model" and rows[0]["starts"] and rows[0]["meets_target"]
     assert rows[1]["free_gib_per_gpu"][3] == 58.52 and rows[0]["gpus"] == 8
