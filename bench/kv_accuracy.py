@@ -343,7 +343,7 @@ def fit_features(case):
     engine = result["engine"]
     term = engine_memory.tensor_parallel_term(result["tensor_parallel_size"], engine.get("version"),
                                               engine.get("gpu_name"), engine.get("nvlink"))
-    pcie_gib = engine_memory.COPIES[term] / GIB if term == "tensor_parallel_channels" else 0    # a set amount
+    channels_gib = engine_memory.COPIES[term] / GIB if term == "tensor_parallel_channels" else 0    # a set amount
     # the fitted runtime amount is the moved baseline's; earlier engines' measured amount is a known term
     moved = engine_memory.engine_version(engine.get("version")) >= engine_memory.BASELINE_MOVED_SINCE
     early_gib = 0 if moved else engine_memory.COPIES["runtime_early"] / GIB
@@ -352,11 +352,11 @@ def fit_features(case):
     known = (((table["cudagraph"] or 0) + table["activation_peak"] + (table["sampler_state"] or 0)
              + table["moe_workspace"] + (table.get("cold_compile") or 0) + (table.get("encoder_profile") or 0)
              + (table.get("speculative") or 0)) / GIB
-             + pcie_gib + early_gib + unified_gib)
+             + channels_gib + early_gib + unified_gib)
     rows = [(features, measured["overhead_bytes"] / GIB - known)]
     non_torch = ((case["engine_reported"].get("profile_breakdown") or {}).get("non_torch_increase_gib"))
     if non_torch is not None and engine_memory.engine_version(engine.get("version")) >= PER_PROCESS_NON_TORCH_SINCE:
-        rows.append((features, non_torch - pcie_gib - early_gib - unified_gib))
+        rows.append((features, non_torch - channels_gib - early_gib - unified_gib))
     return rows
 
 
