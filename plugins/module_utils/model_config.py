@@ -302,8 +302,6 @@ def _model_profile(config, source):
     return profile
 
 
-# Where multimodal configs nest their language model: text_config in transformers' own classes, llm_config in
-# InternVL's and Ovis's remote code, language_config in DeepSeek-VL2's.
 def _with_family(config, architecture):
     """(config, family): a config that names no model_type (a trimmed or hand-written config.json) takes the known
     family its architecture's class spells, compared without case and underscores (Qwen3MoeForCausalLM: qwen3_moe,
@@ -329,6 +327,8 @@ def _tied_by_default(reader):
     return family not in UNTIED_FAMILIES
 
 
+# Where multimodal configs nest their language model: text_config in transformers' own classes, llm_config in
+# InternVL's and Ovis's remote code, language_config in DeepSeek-VL2's.
 LANGUAGE_CONFIG_FIELDS = ("text_config", "llm_config", "language_config")
 
 
@@ -1020,9 +1020,9 @@ def indexer_params(mla, hidden):
 
 
 def mla_replicated_params(mla, hidden):
-    """One layer's MLA parameters every tensor-parallel rank holds whole: the down-projections (q_a_proj and
-    kv_a_proj_with_mqa, fused with disable_tp or ReplicatedLinear) and the indexer (ReplicatedLinear throughout;
-    vllm/model_executor/models/deepseek_v2.py, 0.19.0)."""
+    """One layer's MLA down-projections, which every tensor-parallel rank holds whole (q_a_proj and
+    kv_a_proj_with_mqa, fused with disable_tp or ReplicatedLinear; vllm/model_executor/models/deepseek_v2.py,
+    0.19.0). The indexer, ReplicatedLinear too, is counted apart (_indexer_params)."""
     q_a = hidden * mla["q_lora_rank"] if mla.get("q_lora_rank") else 0
     return q_a + hidden * (mla["kv_lora_rank"] + mla["qk_rope_head_dim"])
 
@@ -1141,11 +1141,21 @@ def expert_width(profile):
 def moe_layer_params(profile, experts_counted):
     """One MoE MLP: experts_counted routed experts (in a latent MoE at the latent's width, with the two
     projections to and from it) + the shared experts + the router."""
-    moe, hidden = profile["moe"], profile["hidden_size"]
-    width = expert_width(profile)
-    routed = experts_counted * gated_mlp_params(width, moe["moe_intermediate_size"], _mlp_matrices(profile))
+    hidden, width = profile["hidden_size"], expert_width(profile)
     latent_projections = 2 * hidden * width if width != hidden else 0
-    return routed + latent_projections + shared_expert_params(profile) + hidden * moe["num_experts"]
+    return (routed_expert_params(profile, experts_counted) + latent_projections + shared_expert_params(profile)
+            + router_params(profile))
+
+
+def routed_expert_params(profile, experts):
+    """experts routed experts of one MoE layer, at the experts' width (expert_width)."""
+    return experts * gated_mlp_params(expert_width(profile), profile["moe"]["moe_intermediate_size"],
+                                      _mlp_matrices(profile))
+
+
+def router_params(profile):
+    """One MoE layer's router: hidden x num_experts."""
+    return profile["hidden_size"] * profile["moe"]["num_experts"]
 
 
 def dense_mlp_params(profile, dense_layers):
@@ -1159,9 +1169,10 @@ def dense_mlp_params(profile, dense_layers):
 
 
 def count_params(profile):
-    """{"total", "active", "mtp", "embedding", "attention", "shared_experts", "dense_mlp", "vision"}: absolute
-    counts from the profile alone (attention, shared experts and dense MLPs: every decoder layer's, module families
-    some quantizers keep in 16 bits). vision: the vision tower's parameters (profile vision_params, from
+    """{"total", "active", "mtp", "embedding", "attention", "shared_experts", "dense_mlp", "vision",
+    "replicated_attention", "replicated_16bit", "router", "routed_experts"}: absolute counts from the profile alone
+    (attention, shared experts and dense MLPs: every decoder layer's, module families some quantizers keep in 16
+    bits). vision: the vision tower's parameters (profile vision_params, from
     vision_tower_params), in the total, not in the active count a token's forward takes."""
     vision = profile.get("vision_params") or 0
     hidden, layers = profile["hidden_size"], profile["num_hidden_layers"]
@@ -1186,6 +1197,5 @@ def count_params(profile):
             # within the total, held whole on every tensor-parallel rank: MLA's down-projections and indexer on
             # its attention layers, and the routers (GateLinear / ReplicatedLinear in vLLM's MoE models)
             "replicated_attention": replicated[0] - replicated[1], "replicated_16bit": replicated[1],
-            "router": moe_layers * hidden * moe["num_experts"] if moe else 0,
-            "routed_experts": moe_layers * moe["num_experts"] * gated_mlp_params(
-                expert_width(profile), moe["moe_intermediate_size"], _mlp_matrices(profile)) if moe else 0}
+            "router": moe_layers * router_params(profile) if moe else 0,
+            "routed_experts": moe_layers * routed_expert_params(profile, moe["num_experts"]) if moe else 0}
