@@ -276,7 +276,7 @@ def _model_profile(config, source):
     profile["layer_types"], profile["sliding_window"] = (([LAYER_FULL] * layers, None)
                                                          if profile["compressed_attention"] else _layer_types(reader, layers))
     # the window the config sets, whether or not the budget slides any layer by it (vLLM's get_sliding_window)
-    profile["config_sliding_window"] = _config_sliding_window(reader.config)
+    profile["config_sliding_window"] = _config_sliding_window(reader)
     if blocks:
         profile["layer_types"] = blocks["layer_types"]
         profile["mlp_sizes"] = blocks["mlp_sizes"]
@@ -291,7 +291,8 @@ def _model_profile(config, source):
         reader.warnings.append("linear-attention/mamba state fields not recognised: those layers are counted with the "
                                "attention shape (parameters approximate) and the state of one layer is taken as one "
                                "head_dim x head_dim fp32 matrix per KV head")
-    profile["vision"] = _vision(config, hidden, reader.warnings)
+    _check_state_dtype(reader, profile["linear_state"])
+    profile["vision"] = _vision(config, hidden, reader)
     profile["vision_params"] = vision_tower_params(config, hidden)
     profile["vision_replicated"] = (config.get("vision_config") or {}).get("model_type") in REPLICATED_VISION_TYPES
     profile["params"] = count_params(profile)
@@ -398,7 +399,7 @@ class _Reader:
         return value
 
 
-def _vision(config, text_hidden, warnings):
+def _vision(config, text_hidden, reader):
     """The vision tower's shape, for its profile run: None for a text-only config; {"family": None} (and a warning)
     for a tower the budget does not model. Qwen2-VL names its width embed_dim (its hidden_size is the language
     model's) and its MLP by mlp_ratio; Qwen2.5-VL's MLP is gated (SwiGLU); Qwen3 towers concatenate their deepstack
@@ -408,9 +409,13 @@ def _vision(config, text_hidden, warnings):
         return None
     family = VISION_FAMILIES.get(config.get("model_type"))
     if family is None:
-        warnings.append("vision tower (%s) not modelled: the engine's encoder profile run can take more than the "
-                        "language model's, which the budget leaves out" % (vision.get("model_type") or "unknown"))
+        reader.warnings.append("vision tower (%s) not modelled: the engine's encoder profile run can take more than "
+                               "the language model's, which the budget leaves out" % (vision.get("model_type") or "unknown"))
         return {"family": None}
+    for field in VISION_SIZE_FIELDS:       # a modelled tower's profile run is sized from these
+        value = vision.get(field)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise ModelConfigError(reader.source, "vision_config." + field, "must be a positive integer, got %r" % (value,))
     if family == VISION_QWEN2:
         width = vision.get("embed_dim") or 1280
         intermediate = int(width * (vision.get("mlp_ratio") or 4))
@@ -430,6 +435,10 @@ def _vision(config, text_hidden, warnings):
         "gated_mlp": family == VISION_QWEN2_5,
         "image_max_pixels": image_pixels, "video_max_pixels": video_pixels, "pixels_source": "stock",
     }
+
+
+VISION_SIZE_FIELDS = ("depth", "embed_dim", "hidden_size", "intermediate_size", "num_heads", "patch_size",
+                      "spatial_merge_size", "temporal_patch_size", "out_hidden_size")
 
 
 # A vision tower's fields under the names its families give them, the first present winning: Qwen2-VL names its
@@ -664,15 +673,19 @@ def compressed_attention_params(compressed, hidden, heads, ratio):
     return split + whole + unquantized, whole + unquantized, unquantized
 
 
-def _config_sliding_window(cfg):
+def _config_sliding_window(reader):
     """The sliding window the config sets: None where use_sliding_window says no (Qwen2), as vLLM reads it."""
-    return cfg.get("sliding_window") if cfg.get("use_sliding_window", True) is not False else None
+    cfg = reader.config
+    window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) is not False else None
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
+        raise ModelConfigError(reader.source, "sliding_window", "must be a token count, got %r" % (window,))
+    return window
 
 
 def _layer_types(reader, layers):
     """One kind per layer, and the sliding window size (None without sliding layers)."""
     cfg = reader.config
-    window = _config_sliding_window(cfg)
+    window = _config_sliding_window(reader)
     spelled = cfg.get("layer_types") or cfg.get("layers_block_type")
     pattern = cfg.get("hybrid_override_pattern")          # Nemotron-H: "M-M*..." ('-' is an MLP-only layer)
     swa_flags = cfg.get("hybrid_layer_pattern")           # MiMo-V2: 1 a sliding-window layer, 0 a full one
@@ -857,6 +870,14 @@ def _linear_state(cfg, hidden):
     if cfg.get("conv_L_cache") and cfg.get("conv_dim"):  # LFM2: short convolutions
         return {"family": STATE_SHORT_CONV, "conv_dim": cfg["conv_dim"], "conv_kernel": cfg["conv_L_cache"]}
     return None
+
+
+def _check_state_dtype(reader, state):
+    """The linear-attention state dtype the config names must be a dtype's name (vLLM looks it up by name)."""
+    dtype = (state or {}).get("ssm_dtype")
+    if dtype is not None and not isinstance(dtype, str):
+        field = "mamba_ssm_cache_dtype" if state.get("ssm_dtype_rule") == "nemotron_h" else "mamba_ssm_dtype"
+        raise ModelConfigError(reader.source, field, "must be a dtype's name, got %r" % (dtype,))
 
 
 def _all_positive(values):

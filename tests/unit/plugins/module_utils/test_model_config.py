@@ -356,6 +356,12 @@ QWEN3_NEXT_80B = dict(LLAMA_31_8B, architectures=["Qwen3NextForCausalLM"], model
                       linear_num_key_heads=16, linear_num_value_heads=32, linear_value_head_dim=128)
 
 
+def test_a_state_dtype_that_is_not_a_name_is_a_config_error():
+    with pytest.raises(ModelConfigError) as caught:
+        model_profile(dict(QWEN3_NEXT_80B, mamba_ssm_dtype=["float32"]), source="/m/config.json")
+    assert caught.value.field == "mamba_ssm_dtype" and "dtype's name" in str(caught.value)
+
+
 def test_gated_delta_net_state_fields_and_layer_pattern():
     p = model_profile(QWEN3_NEXT_80B)
     assert p["layer_types"].count("linear_attention") == 36 and p["layer_types"][3] == "full_attention"
@@ -757,6 +763,7 @@ def test_counting_is_pure_and_reusable():
     ({k: v for k, v in HY3.items() if k != "num_hidden_layers"}, "num_hidden_layers", "is missing"),
     (dict(HY3, num_attention_heads="64"), "num_attention_heads", "positive integer"),
     (dict(HY3, vocab_size=0), "vocab_size", "positive integer"),
+    (dict(HY3, sliding_window="4096"), "sliding_window", "token count"),
     ([1, 2], "(top level)", "JSON object"),
 ])
 def test_bad_configs_name_the_file_and_field(config, field, words):

@@ -9,7 +9,8 @@ import sample_checkpoints
 
 from ansible_collections.hy3.fleet.plugins.module_utils import budget, engine_memory
 from ansible_collections.hy3.fleet.plugins.module_utils.budget import GIB, plan
-from ansible_collections.hy3.fleet.plugins.module_utils.model_config import model_profile, with_preprocessor_pixels
+from ansible_collections.hy3.fleet.plugins.module_utils.model_config import (
+    ModelConfigError, model_profile, with_preprocessor_pixels)
 from ansible_collections.hy3.fleet.plugins.module_utils.weight_files import inspect_weights
 
 # Qwen/Qwen2.5-VL-7B-Instruct's config.json (the published values).
@@ -61,6 +62,14 @@ def test_vision_towers_are_read_with_their_own_field_names():
     llava = model_profile(LLAVA)
     assert llava["vision"] == {"family": None} and any("clip_vision_model" in w for w in llava["warnings"])
     assert model_profile(dict(QWEN25_VL_7B, vision_config=None))["vision"] is None
+
+
+@pytest.mark.parametrize("field, value", [("patch_size", "14"), ("out_hidden_size", [3584]), ("depth", 0)])
+def test_a_modelled_towers_size_that_is_not_a_count_is_a_config_error(field, value):
+    tower = dict(QWEN25_VL_7B["vision_config"], **{field: value})
+    with pytest.raises(ModelConfigError) as caught:
+        model_profile(dict(QWEN25_VL_7B, vision_config=tower), source="/m/config.json")
+    assert caught.value.field == "vision_config." + field and "positive integer" in str(caught.value)
 
 
 # The published parameter counts (the checkpoints' safetensors totals as their model pages give them).
