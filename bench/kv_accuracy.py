@@ -350,7 +350,7 @@ def fit_features(case):
     features = [1.0 if moved else 0.0] + [1.0 if term == name else 0.0 for name in FIT_TERMS[1:]]
     unified_gib = engine_memory.unified_memory_bytes(engine.get("gpu_name")) / GIB      # a set amount too
     known = (((table["cudagraph"] or 0) + table["activation_peak"] + (table["sampler_state"] or 0)
-             + table["moe_workspace"] + (table.get("cold_compile") or 0) + (table.get("encoder_profile") or 0)
+             + table["moe_workspace"] + (table.get("attention_workspace") or 0) + (table.get("cold_compile") or 0) + (table.get("encoder_profile") or 0)
              + (table.get("speculative") or 0)) / GIB
              + channels_gib + early_gib + unified_gib)
     rows = [(features, measured["overhead_bytes"] / GIB - known)]

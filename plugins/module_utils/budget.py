@@ -509,6 +509,7 @@ def evaluate_stage(state, ctx, share, overhead):
         "activation_peak": lines.get("activation_peak"),
         "sampler_state": lines.get("sampler_state"),
         "moe_workspace": lines.get("moe_workspace"),
+        "attention_workspace": lines.get("attention_workspace"),
         "cold_compile": lines.get("cold_compile"),
         "speculative": lines.get("speculative"),
         "encoder_profile": lines.get("encoder_profile"),

@@ -16,6 +16,8 @@ vLLM (V1) sizes the KV cache per rank as (vllm/v1/worker/gpu_worker.py, determin
                                           sampler over max_num_seqs rows of the vocabulary)
          - sampler state                 (model runner V2's per-request buffers, from v0.29)
          - expert kernels' buffers       (by the kernel vLLM picks: moe_backend, moe_workspace_parts)
+         - attention workspaces          (DeepSeek-V4's prefill gather, the sparse indexer's: what the
+                                          workspace manager keeps beyond the experts' request)
          - non-torch growth              (NCCL / all-reduce buffers with tp > 1, cuBLAS workspaces)
          - CUDA-graph estimate           (only where the engine counts it before the KV cache:
                                           on by default from v0.20; 0 with enforce_eager)
@@ -719,15 +721,27 @@ def forward_bytes(profile, tp, tokens, act_bytes=2):
 
 # Architectures vLLM runs on its model runner V2 by default before MODEL_RUNNER_V2_SINCE
 # (vllm/config/vllm.py DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES and _is_default_v2_model_runner_model, read in each
-# release): 0.22 and 0.23 only unquantized dense models of the listed architectures, 0.24 the listed ones, 0.25 -
-# 0.28 the listed ones and every dense model that is neither hybrid nor attention-free.
+# release's wheel): 0.22 and 0.23 only unquantized dense models of the listed architectures, 0.24 the listed ones,
+# 0.25 - 0.28 the listed ones and every dense model that is neither hybrid nor attention-free (from 0.27 a listed
+# hybrid one too). The list grows: Inkling and LongCat-Flash-Ngram in 0.26, Kimi-K3 in 0.27, DeepSeek-V4 in 0.28.
+V2_LISTED_025 = ("DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM")
+V2_LISTED_026 = V2_LISTED_025 + ("InklingForCausalLM", "InklingForConditionalGeneration",
+                                 "LongcatFlashNgramForCausalLM")
+V2_LISTED_027 = V2_LISTED_026 + ("KimiK3ForConditionalGeneration",)
 V2_RUNNER_ARCHITECTURES = (
     ((0, 22, 0), ("Qwen3ForCausalLM",), "dense_unquantized"),
     ((0, 23, 0), ("LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"), "dense_unquantized"),
     ((0, 24, 0), ("Qwen3ForCausalLM", "DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM",
                   "LlamaForCausalLM", "MistralForCausalLM"), "listed"),
-    ((0, 25, 0), ("DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM"), "listed_or_dense"),
+    ((0, 25, 0), V2_LISTED_025, "listed_or_dense"),
+    ((0, 26, 0), V2_LISTED_026, "listed_or_dense"),
+    ((0, 27, 0), V2_LISTED_027, "listed_or_dense"),
+    ((0, 28, 0), V2_LISTED_027 + ("DeepseekV4ForCausalLM",), "listed_or_dense"),
 )
+V2_LISTED_HYBRID_SINCE = (0, 27, 0)
+# Drafters only model runner V2 implements, which make vLLM run it whatever the model (use_v2_model_runner, before
+# the architecture list: "DSpark is implemented only by the V2 GPU model runner", 0.25.0 - 0.28.0).
+V2_ONLY_DRAFTERS = {"dspark": (0, 25, 0)}
 
 
 def model_runner_v2(version, profile, drafter=None, forced=None):
@@ -742,6 +756,8 @@ def model_runner_v2(version, profile, drafter=None, forced=None):
         return bool(forced)
     if ver < V1_DRAFTERS_UNTIL.get(drafter, (0, 0, 0)):
         return False
+    if drafter in V2_ONLY_DRAFTERS and ver >= V2_ONLY_DRAFTERS[drafter]:
+        return True
     if ver >= MODEL_RUNNER_V2_SINCE:
         return True
     rules = [(architectures, kind) for since, architectures, kind in V2_RUNNER_ARCHITECTURES if ver >= since]
@@ -754,7 +770,9 @@ def model_runner_v2(version, profile, drafter=None, forced=None):
         return listed and dense and (profile.get("quantization") or {}).get("bits", 16) >= 16
     if kind == "listed":
         return listed
-    return listed or (dense and kv_layout.LINEAR not in (profile.get("layer_types") or []))
+    if kv_layout.LINEAR in (profile.get("layer_types") or []):      # hybrid: a listed one from V2_LISTED_HYBRID_SINCE
+        return listed and ver >= V2_LISTED_HYBRID_SINCE
+    return listed or dense
 
 
 def runs_model_runner_v2(profile, settings):
@@ -1564,7 +1582,26 @@ def cudagraph_bytes(profile, tp, settings, act_bytes=2):
     layer_graphs = graphs * profile["num_hidden_layers"]
     layer_graphs += drafter_graph_count(settings, profile, (graphs, sizes)) * draft_kv_layers(profile, settings)
     per_layer = COPIES["graph_per_layer"] + (COPIES["graph_per_layer_nccl"] if nccl_in_graphs(tp, settings) else 0)
-    return int(first + per_layer * layer_graphs + flashinfer_workspace_bytes(profile, tp, settings))
+    return int(first + per_layer * layer_graphs + flashinfer_workspace_bytes(profile, tp, settings)
+               + indexer_decode_logits_bytes(profile, settings, sizes))
+
+
+def indexer_decode_logits_bytes(profile, settings, sizes):
+    """The sparse indexer's decode logits in the largest full decode graph (0 without an indexer): one fp32 score a
+    decode token (1 + the speculative tokens a request) and a max_model_len position, by a DeepSeek-V4 layer's
+    compress ratio (sparse_attn_indexer: fp8_fp4_paged_mqa_logits(..., max_model_len), 0.19 - 0.28). A full graph's
+    pool keeps what its capture allocated, and the largest is captured first (819200 positions x 512 tokens: 1.56 GiB
+    of a public v0.26.0 GLM-5.2 start's 4.99 GiB estimate). sizes: cudagraph_count's capture sizes."""
+    compressed = profile.get("compressed_attention")
+    if compressed and 4 in compressed["ratios"]:
+        ratio = 4
+    elif (profile.get("mla") or {}).get("indexer"):
+        ratio = 1
+    else:
+        return 0
+    step = 1 + (settings["num_speculative_tokens"] if speculative_method(settings) else 0)
+    tokens = min(step * settings["max_num_seqs"], sizes[-1])
+    return 4 * tokens * ((settings.get("max_model_len") or profile["max_position_embeddings"]) // ratio)
 
 
 # The attention backend vLLM picks when the run names none (platforms/cuda.py _get_backend_priorities, 0.21 - 0.29):
@@ -1888,6 +1925,43 @@ def compressed_attention_workspace_bytes(profile, settings):
     return gathered + tokens * (kv_layout.cdiv(top_k, 128) * 128 + 1) * 4
 
 
+# DeepSeek sparse attention's lightning indexer (DeepSeek-V3.2, GLM-5, DeepSeek-V4's ratio-4 layers): its dummy run
+# reserves the buffer a prefill gathers the indexer's keys into, INDEXER_PREFILL_ENTRIES per max_model_len token (V4
+# divides by its compress ratio) of the indexer cache's per-token bytes (index_head_dim fp8 values and a 4-byte scale):
+# get_max_prefill_buffer_size (v1/attention/backends/mla/indexer.py), sparse_attn_indexer
+# (model_executor/layers/sparse_attn_indexer.py; models/deepseek_v2.py before 0.15). 0.11 - 0.12 allocated 2 entries
+# a token and a contiguous copy of their values and scales for the call alone (sparse_attn_indexer_fake); from 0.13,
+# 40 a token, kept in the workspace manager every layer shares. From 0.19 the dummy run also allocates
+# VLLM_SPARSE_INDEXER_MAX_LOGITS_MB (512 MiB) for the call, to stand for a prefill's logits. Read in the wheels of
+# 0.11.0 - 0.28.0; a public v0.26.0 GLM-5.2 start on GB200 (4.03 GiB of its 6.31 GiB peak at 819200 tokens) bears it.
+# Hopper's FlashMLA sparse backend reserves a bf16 prefill workspace of its own in the same manager while the model is
+# built (5 x max_model_len x 576 x 2 bytes with an fp8_ds_mla cache), inside "Model loading took": not counted here.
+INDEXER_WORKSPACE_KEPT_SINCE = (0, 13, 0)
+INDEXER_LOGITS_RESERVED_SINCE = (0, 19, 0)
+INDEXER_ENTRIES_PER_TOKEN = {"kept": 40, "per_call": 2}
+INDEXER_LOGITS_BYTES = 512 * 1024 * 1024
+
+
+def indexer_workspace_parts(profile, settings):
+    """(kept, per call) bytes of the lightning indexer's profile-run buffers (INDEXER_WORKSPACE_KEPT_SINCE); (0, 0)
+    for a model without one."""
+    compressed = profile.get("compressed_attention")
+    indexer = (profile.get("mla") or {}).get("indexer")
+    if compressed and 4 in compressed["ratios"]:
+        head, ratio = compressed["index_head_dim"], 4
+    elif indexer:
+        head, ratio = indexer["head_dim"], 1
+    else:
+        return 0, 0
+    entry = head + head // kv_layout.INDEXER_QUANT_BLOCK * 4
+    max_model_len = settings.get("max_model_len") or profile["max_position_embeddings"]
+    version = _version(settings)
+    if version < INDEXER_WORKSPACE_KEPT_SINCE:
+        return 0, 2 * entry * INDEXER_ENTRIES_PER_TOKEN["per_call"] * max_model_len // ratio
+    logits = INDEXER_LOGITS_BYTES if version >= INDEXER_LOGITS_RESERVED_SINCE else 0
+    return entry * INDEXER_ENTRIES_PER_TOKEN["kept"] * max_model_len // ratio, logits
+
+
 def _profile_peak(forward, sampler, kept, per_call):
     """(the profile run's torch peak, the expert kernels' share beyond it): the per-call expert buffers raise the peak
     only by what the forward with them outgrows the sampler phase."""
@@ -1915,8 +1989,11 @@ def overhead(profile, tp, settings):
     forward, sampler = profile_run_phases(profile, tp, tokens, seqs, settings.get("version"), act, last_stage,
                                           settings.get("flashinfer_sampler"), v2)
     kept, per_call = moe_workspace_parts(profile, tp, settings, act)
-    # one workspace manager serves the expert kernels and V4's attention: it keeps the larger of their requests
-    kept = max(kept, compressed_attention_workspace_bytes(profile, settings))
+    index_kept, index_per_call = indexer_workspace_parts(profile, settings)
+    forward += index_per_call
+    # one workspace manager serves the expert kernels and the attention (V4's, the indexer's): it keeps the largest
+    # request, so the attention's counts only by what it exceeds the experts'
+    attention = max(0, max(compressed_attention_workspace_bytes(profile, settings), index_kept) - kept)
     peak, experts = _profile_peak(forward, sampler, kept, per_call)
     # speculative decoding: the drafter's phase (the target's output held through its forward, on the last stage,
     # where the drafter lives) and the rejection sampler's raise the peak; its buffers are counted from 0.27
@@ -1930,11 +2007,13 @@ def overhead(profile, tp, settings):
         "activation_peak": peak,
         "sampler_state": sampler_state_bytes(profile, seqs, settings.get("version"), v2) if last_stage else 0,
         "moe_workspace": experts,
+        "attention_workspace": attention,
         # the compile's peak counts only by what it exceeds the profile's own peaks (the drafter's phase included) and
         # the workspace kept after it; its segment, where a later buffer keeps it, counts whole
-        "cold_compile": max(0, table - peak - experts - speculative) + compile_segment_kept_bytes(profile, settings, table),
+        "cold_compile": max(0, table - peak - experts - attention - speculative)
+        + compile_segment_kept_bytes(profile, settings, table),
         "speculative": speculative,
-        "encoder_profile": encoder_profile_bytes(profile, tp, settings, peak + experts, act),
+        "encoder_profile": encoder_profile_bytes(profile, tp, settings, peak + experts + attention, act),
         "non_torch": non_torch_bytes(profile, tp, settings),
         "cudagraph": graphs,
         "other_processes": other_processes_bytes(settings),

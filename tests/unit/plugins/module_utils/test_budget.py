@@ -805,6 +805,10 @@ def test_model_runner_v2_samples_greedily_and_keeps_per_request_state():
     ("0.25.1", "Gemma2ForCausalLM", False, False, True),     # any dense model from 0.25
     ("0.25.1", "HYV3ForCausalLM", True, True, False),        # Hy3: MoE, not listed
     ("0.29.0", "HYV3ForCausalLM", True, True, True),         # every model
+    ("0.26.0", "LongcatFlashNgramForCausalLM", True, False, True),   # listed from 0.26
+    ("0.27.0", "KimiK3ForConditionalGeneration", True, False, True),  # from 0.27
+    ("0.27.1", "DeepseekV4ForCausalLM", True, True, False),  # MoE, listed only from 0.28
+    ("0.28.0", "DeepseekV4ForCausalLM", True, True, True),
 ])
 def test_model_runner_v2_follows_the_version_and_the_architecture(version, architecture, moe, quantized, v2):
     profile = dict(TINY, architecture=architecture, moe=HY3["moe"] if moe else None,

@@ -42,6 +42,17 @@ def test_the_drafter_decides_the_runner(method, version, v2):
     assert engine_memory.model_runner_v2(version, DENSE, method) is v2
 
 
+@pytest.mark.parametrize("method, version, v2", [
+    ("dspark", "0.26.0", True),      # only V2 implements DSpark: vLLM runs it for any model (config/vllm.py, 0.25 - 0.28)
+    ("dspark", "0.24.0", False),     # before DSpark
+    ("mtp", "0.26.0", False),        # an MoE model that is not listed keeps V1
+])
+def test_a_v2_only_drafter_puts_an_moe_model_on_model_runner_v2(method, version, v2):
+    experts = {"num_experts": 256, "moe_intermediate_size": 2048, "num_experts_per_tok": 6}
+    moe = dict(DENSE, architecture="DeepseekV4ForCausalLM", moe=experts)
+    assert engine_memory.model_runner_v2(version, moe, method) is v2
+
+
 def test_drafter_kv_layers_by_method():
     mtp_model = dict(DENSE, num_nextn_predict_layers=1)
     assert engine_memory.draft_kv_layers(mtp_model, spec("mtp", 3)) == 1     # the MTP layers, whatever the tokens
