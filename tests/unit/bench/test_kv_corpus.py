@@ -31,6 +31,9 @@ def test_every_case_is_sourced_and_complete(case):
     assert settings.get("tensor_parallel_size") and settings.get("max_model_len")
     reported = case.get("engine_reported") or {}
     assert sum(1 for key in PRINTED if reported.get(key) is not None) >= 2 or case.get("outcome") != "started"
+    printed = [value for key, value in reported.items() if key.endswith(("_gib", "_tokens")) and value is not None]
+    numbers = [part for value in printed for part in (value.values() if isinstance(value, dict) else [value])]
+    assert all(isinstance(number, (int, float)) for number in numbers), "a printed number that is not one"
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if "hy3" in c["id"] and not kv_accuracy.unsupported(c)],
