@@ -404,7 +404,8 @@ def overhead_lines(ctx, state, last_stage=True, first_stage=None):
     # Activations in the model's dtype: an fp32 model holds twice the bytes (and fp32 logits from the start).
     act_bytes = DTYPE_BYTES.get(state["tier"].get("dtype") or "bfloat16", 2)
     settings = state_settings(engine, state, ctx["profile"], last_pp_stage=last_stage, act_bytes=act_bytes,
-                              first_pp_stage=ctx["pp"] == 1 if first_stage is None else first_stage)
+                              first_pp_stage=ctx["pp"] == 1 if first_stage is None else first_stage,
+                              kv_dtype_bytes=KV_DTYPE_BYTES.get(ctx["kv_cache_dtype"], act_bytes))
     return engine_memory.overhead(ctx["profile"], ctx["tp"], settings), OVERHEAD_MODEL, None
 
 
@@ -476,11 +477,16 @@ def evaluate_stage(state, ctx, share, overhead):
                        compressed_attention=stage_compressed_attention(profile, share))
     else:
         nominal = nominal_weight_bytes_per_rank(profile, tier["bits"], tp, ctx["load_mtp"])
+    model_dtype_bytes = DTYPE_BYTES.get(tier.get("dtype") or "bfloat16", 2)
+    kv_dtype_bytes = KV_DTYPE_BYTES.get(ctx["kv_cache_dtype"], model_dtype_bytes)
     # Header-measured bytes are exact; the parameter arithmetic is the floor when there are none. Either is
-    # the checkpoint's size: MXFP4 experts grow when their kernel pads them (not when the bytes are the
-    # engine's own "Model loading took" figure, tier weights_as_loaded).
-    padding = 0 if tier.get("weights_as_loaded") else engine_memory.expert_padding_bytes(
-        profile, tp, engine, effective_bits(tier["bits"], profile.get("quantization")))
+    # the checkpoint's size; what loading adds to it (not when the bytes are the engine's own "Model loading took"
+    # figure, tier weights_as_loaded): MXFP4 experts grow when their kernel pads them, and Hopper's sparse-MLA
+    # backend reserves its prefill workspace while the model is built.
+    loading = state_settings(engine, state, kv_dtype_bytes=kv_dtype_bytes)
+    padding = 0 if tier.get("weights_as_loaded") else (
+        engine_memory.expert_padding_bytes(profile, tp, engine, effective_bits(tier["bits"], profile.get("quantization")))
+        + engine_memory.sparse_mla_load_workspace_bytes(profile, tp, loading))
     weights = (measured if measured else nominal) + padding
     lines, source, entry = overhead
     available = int(engine["kv_cache_memory_bytes"]) if source == OVERHEAD_EXPLICIT_KV else ctx["engine_bytes"] - weights - lines["total"]
@@ -489,8 +495,6 @@ def evaluate_stage(state, ctx, share, overhead):
     margin = 0 if source == OVERHEAD_EXPLICIT_KV else engine_memory.extensible_margin_bytes(
         engine, tp, ctx["free_min"] - ctx["engine_bytes"], lines.get("activation_peak"))
     available -= margin
-    model_dtype_bytes = DTYPE_BYTES.get(tier.get("dtype") or "bfloat16", 2)
-    kv_dtype_bytes = KV_DTYPE_BYTES.get(ctx["kv_cache_dtype"], model_dtype_bytes)
     draft_layers = engine_memory.draft_kv_layers(profile, engine, ctx["load_mtp"]) if not share or share["last"] else 0
     state_policy, mla_policy = kv_policies(ctx, model_dtype_bytes, kv_dtype_bytes)
     layout = kv_layout.layout(profile, tp, kv_dtype_bytes, ctx["block_size"], state["max_model_len"],

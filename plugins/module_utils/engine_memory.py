@@ -519,12 +519,15 @@ OVERHEAD_CONFIG_SETTINGS = ("async_scheduling", "max_cudagraph_capture_size", "n
 def overhead_config_key(settings, profile=None):
     """The calibration key's engine_config field: the further-config settings that move the overhead, sorted, and
     for a model whose vision tower is profiled its dummy batch (modality:tokens x items: it follows max_model_len,
-    the preprocessor's caps and the limits, and moves the overhead by GiB); "" when there are none."""
+    the preprocessor's caps and the limits, and moves the overhead by GiB), for a sparse indexer's max_model_len;
+    "" when there are none."""
     parts = ["%s=%s" % (name, _key_text(settings[name])) for name in OVERHEAD_CONFIG_SETTINGS
              if settings.get(name) is not None]
     batch = encoder_dummy_batch((profile or {}).get("vision"), settings) if settings.get("max_model_len") else None
     if batch:
         parts.append("encoder=%s:%dx%d" % batch)
+    if _indexer_shape(profile or {}) and settings.get("max_model_len"):
+        parts.append("indexer=%d" % settings["max_model_len"])      # its buffers follow max_model_len by GiB
     return ",".join(parts)
 
 
@@ -1481,15 +1484,20 @@ def cudagraph_count(settings, profile=None):
     (gpu/cudagraph_utils.py 0.25 - 0.29). Both take the default FULL_AND_PIECEWISE mode; an attention backend that
     allows piecewise graphs only (vLLM then says so at start) captures fewer.
     profile: the model, which decides the runner (model_runner_v2); None: taken as the V1 runner's."""
+    sizes, full = cudagraph_plan(settings, profile)
+    return len(sizes) + len(full), sizes
+
+
+def cudagraph_plan(settings, profile=None):
+    """(the capture sizes, the full graphs' token counts) of cudagraph_count."""
     ver = engine_version(settings.get("version"))
     sm100 = (gpu_capability(settings.get("gpu_name")) or (0, 0))[0] == 10
     seqs, tokens = settings["max_num_seqs"], settings["max_num_batched_tokens"]
-    if sm100 and ver >= WIDE_CAPTURE_GRIDS_SINCE and not settings.get("max_cudagraph_capture_size"):
-        prefill = prefill_capture_grid(min(PREFILL_GRID_TOKENS, tokens))
-        return len(prefill) + len(decode_capture_grid(seqs)), prefill
-    default_cap = MAX_CUDAGRAPH_CAPTURE_SIZE_SM100 if sm100 and ver >= SM100_CAPTURE_SIZE_SINCE else None
     method = speculative_method(settings)
     step = 1 + (settings["num_speculative_tokens"] if method else 0)
+    if sm100 and ver >= WIDE_CAPTURE_GRIDS_SINCE and not settings.get("max_cudagraph_capture_size"):
+        return prefill_capture_grid(min(PREFILL_GRID_TOKENS, tokens)), [n * step for n in decode_capture_grid(seqs)]
+    default_cap = MAX_CUDAGRAPH_CAPTURE_SIZE_SM100 if sm100 and ver >= SM100_CAPTURE_SIZE_SINCE else None
     sizes = cudagraph_capture_sizes(seqs, tokens, settings.get("max_cudagraph_capture_size"), default_cap, step)
     if step > 1 and ver >= DECODE_SIZES_APPENDED_SINCE and not settings.get("max_cudagraph_capture_size"):
         platform_cap = default_cap or MAX_CUDAGRAPH_CAPTURE_SIZE
@@ -1503,7 +1511,7 @@ def cudagraph_count(settings, profile=None):
         full = [size for size in sizes if step <= size <= step * seqs]
     else:
         full = sorted({_round_up(size, step) for size in sizes if _round_up(size, step) <= min(step * seqs, sizes[-1])})
-    return len(sizes) + len(full), sizes
+    return sizes, full
 
 
 def drafter_graph_count(settings, profile, target_graphs):
@@ -1583,25 +1591,23 @@ def cudagraph_bytes(profile, tp, settings, act_bytes=2):
     layer_graphs += drafter_graph_count(settings, profile, (graphs, sizes)) * draft_kv_layers(profile, settings)
     per_layer = COPIES["graph_per_layer"] + (COPIES["graph_per_layer_nccl"] if nccl_in_graphs(tp, settings) else 0)
     return int(first + per_layer * layer_graphs + flashinfer_workspace_bytes(profile, tp, settings)
-               + indexer_decode_logits_bytes(profile, settings, sizes))
+               + indexer_decode_logits_bytes(profile, settings))
 
 
-def indexer_decode_logits_bytes(profile, settings, sizes):
-    """The sparse indexer's decode logits in the largest full decode graph (0 without an indexer): one fp32 score a
-    decode token (1 + the speculative tokens a request) and a max_model_len position, by a DeepSeek-V4 layer's
-    compress ratio (sparse_attn_indexer: fp8_fp4_paged_mqa_logits(..., max_model_len), 0.19 - 0.28). A full graph's
-    pool keeps what its capture allocated, and the largest is captured first (819200 positions x 512 tokens: 1.56 GiB
-    of a public v0.26.0 GLM-5.2 start's 4.99 GiB estimate). sizes: cudagraph_count's capture sizes."""
-    compressed = profile.get("compressed_attention")
-    if compressed and 4 in compressed["ratios"]:
-        ratio = 4
-    elif (profile.get("mla") or {}).get("indexer"):
-        ratio = 1
-    else:
+INDEXER_LOGIT_BYTES = 4          # fp32
+
+
+def indexer_decode_logits_bytes(profile, settings):
+    """The sparse indexer's decode logits in the largest full decode graph: one fp32 score a decode token and a
+    max_model_len position (sparse_attn_indexer's fp8_paged_mqa_logits, fp8_fp4_paged_mqa_logits from 0.24:
+    [tokens, max_model_len], 0.19 - 0.28). The full graphs capture the indexer (its metadata builder allows uniform
+    decode batches), a graph's pool keeps what its capture allocated, and the largest is captured first: 819200
+    positions x 512 tokens, 1.56 GiB of a public v0.26.0 GLM-5.2 start's 4.99 GiB estimate. 0 without an indexer and
+    for DeepSeek-V4, whose attention runs in an eager break of the graphs (VLLM_USE_BREAKABLE_CUDAGRAPH)."""
+    if profile.get("compressed_attention") or not _indexer_shape(profile):
         return 0
-    step = 1 + (settings["num_speculative_tokens"] if speculative_method(settings) else 0)
-    tokens = min(step * settings["max_num_seqs"], sizes[-1])
-    return 4 * tokens * ((settings.get("max_model_len") or profile["max_position_embeddings"]) // ratio)
+    full = cudagraph_plan(settings, profile)[1]
+    return INDEXER_LOGIT_BYTES * max(full or [0]) * _max_model_len(profile, settings)
 
 
 # The attention backend vLLM picks when the run names none (platforms/cuda.py _get_backend_priorities, 0.21 - 0.29):
@@ -1926,40 +1932,83 @@ def compressed_attention_workspace_bytes(profile, settings):
 
 
 # DeepSeek sparse attention's lightning indexer (DeepSeek-V3.2, GLM-5, DeepSeek-V4's ratio-4 layers): its dummy run
-# reserves the buffer a prefill gathers the indexer's keys into, INDEXER_PREFILL_ENTRIES per max_model_len token (V4
-# divides by its compress ratio) of the indexer cache's per-token bytes (index_head_dim fp8 values and a 4-byte scale):
-# get_max_prefill_buffer_size (v1/attention/backends/mla/indexer.py), sparse_attn_indexer
-# (model_executor/layers/sparse_attn_indexer.py; models/deepseek_v2.py before 0.15). 0.11 - 0.12 allocated 2 entries
-# a token and a contiguous copy of their values and scales for the call alone (sparse_attn_indexer_fake); from 0.13,
-# 40 a token, kept in the workspace manager every layer shares. From 0.19 the dummy run also allocates
-# VLLM_SPARSE_INDEXER_MAX_LOGITS_MB (512 MiB) for the call, to stand for a prefill's logits. Read in the wheels of
-# 0.11.0 - 0.28.0; a public v0.26.0 GLM-5.2 start on GB200 (4.03 GiB of its 6.31 GiB peak at 819200 tokens) bears it.
-# Hopper's FlashMLA sparse backend reserves a bf16 prefill workspace of its own in the same manager while the model is
-# built (5 x max_model_len x 576 x 2 bytes with an fp8_ds_mla cache), inside "Model loading took": not counted here.
+# reserves the buffer a prefill gathers the indexer's keys into, INDEXER_ENTRIES_PER_TOKEN per max_model_len token (V4
+# divides by its compress ratio) of index_head_dim fp8 values and a 4-byte scale: get_max_prefill_buffer_size
+# (v1/attention/backends/mla/indexer.py), sparse_attn_indexer (model_executor/layers/sparse_attn_indexer.py;
+# models/deepseek_v2.py before 0.15). 0.11 - 0.12 allocated 2 entries a token, and a contiguous copy of their values
+# and scales, for the call alone (sparse_attn_indexer_fake); from 0.13, 40 a token, kept in the workspace manager the
+# expert kernels share. From 0.19 the dummy run also allocates VLLM_SPARSE_INDEXER_MAX_LOGITS_MB (512 MiB) for the
+# call, to stand for a prefill's logits; it is freed before the layer's experts run. Read in the wheels of 0.11.0 -
+# 0.28.0; a public v0.26.0 GLM-5.2 start on GB200 bears it (4.03 GiB of its printed 6.31 GiB peak at 819200 tokens).
 INDEXER_WORKSPACE_KEPT_SINCE = (0, 13, 0)
 INDEXER_LOGITS_RESERVED_SINCE = (0, 19, 0)
 INDEXER_ENTRIES_PER_TOKEN = {"kept": 40, "per_call": 2}
+INDEXER_SCALE_BYTES = 4
+INDEXER_CALL_COPIES = 2          # 0.11 - 0.12: the entries and their contiguous copy
 INDEXER_LOGITS_BYTES = 512 * 1024 * 1024
+# Hopper's FlashMLA sparse backend, which runs a packed fp8_ds_mla cache there, reserves its bf16 prefill workspace
+# (5 x max_model_len latents) and its query buffer (max_num_batched_tokens x the rank's heads) in the same manager
+# while the model is built, inside "Model loading took"; its views keep that buffer alive, so a larger request in the
+# profile run allocates a whole new one beside it (v1/attention/backends/mla/flashmla_sparse.py
+# get_prefill_workspace_size and FlashMLASparseImpl, 0.13 - 0.28).
+FLASHMLA_PREFILL_LATENTS_PER_TOKEN = 5
+MLA_LATENT_WIDTH_BYTES = 2       # bf16 latents of kv_lora_rank + qk_rope_head_dim
+
+
+def _indexer_shape(profile):
+    """(index_head_dim, the positions a key stands for): DeepSeek-V4's ratio-4 layers compress 4; None without an
+    indexer."""
+    compressed = profile.get("compressed_attention")
+    if compressed:
+        return (compressed["index_head_dim"], 4) if 4 in compressed["ratios"] else None
+    indexer = (profile.get("mla") or {}).get("indexer")
+    return (indexer["head_dim"], 1) if indexer else None
+
+
+def _max_model_len(profile, settings):
+    return settings.get("max_model_len") or profile["max_position_embeddings"]
 
 
 def indexer_workspace_parts(profile, settings):
     """(kept, per call) bytes of the lightning indexer's profile-run buffers (INDEXER_WORKSPACE_KEPT_SINCE); (0, 0)
     for a model without one."""
-    compressed = profile.get("compressed_attention")
-    indexer = (profile.get("mla") or {}).get("indexer")
-    if compressed and 4 in compressed["ratios"]:
-        head, ratio = compressed["index_head_dim"], 4
-    elif indexer:
-        head, ratio = indexer["head_dim"], 1
-    else:
+    shape = _indexer_shape(profile)
+    if not shape:
         return 0, 0
-    entry = head + head // kv_layout.INDEXER_QUANT_BLOCK * 4
-    max_model_len = settings.get("max_model_len") or profile["max_position_embeddings"]
+    head, ratio = shape
+    positions = _max_model_len(profile, settings) // ratio
+    entry = head + INDEXER_SCALE_BYTES
     version = _version(settings)
     if version < INDEXER_WORKSPACE_KEPT_SINCE:
-        return 0, 2 * entry * INDEXER_ENTRIES_PER_TOKEN["per_call"] * max_model_len // ratio
+        return 0, INDEXER_CALL_COPIES * entry * INDEXER_ENTRIES_PER_TOKEN["per_call"] * positions
     logits = INDEXER_LOGITS_BYTES if version >= INDEXER_LOGITS_RESERVED_SINCE else 0
-    return entry * INDEXER_ENTRIES_PER_TOKEN["kept"] * max_model_len // ratio, logits
+    return entry * INDEXER_ENTRIES_PER_TOKEN["kept"] * positions, logits
+
+
+def sparse_mla_load_workspace_bytes(profile, tp, settings):
+    """What Hopper's FlashMLA sparse backend reserves in the workspace manager while the model is built (see
+    FLASHMLA_PREFILL_LATENTS_PER_TOKEN): with a packed fp8 latent on SM 9.x from INDEXER_WORKSPACE_KEPT_SINCE; 0
+    otherwise. settings kv_dtype_bytes: the KV cache's bytes an element."""
+    mla = profile.get("mla") or {}
+    if (not mla.get("indexer") or (gpu_capability(settings.get("gpu_name")) or (0,))[0] != 9
+            or _version(settings) < INDEXER_WORKSPACE_KEPT_SINCE
+            or not sparse_mla_policy(settings, settings.get("kv_dtype_bytes") or 2)["packed_latent"]):
+        return 0
+    latent = (mla["kv_lora_rank"] + mla["qk_rope_head_dim"]) * MLA_LATENT_WIDTH_BYTES
+    heads = max(1, profile["num_attention_heads"] // tp)
+    return latent * (FLASHMLA_PREFILL_LATENTS_PER_TOKEN * _max_model_len(profile, settings)
+                     + settings["max_num_batched_tokens"] * heads)
+
+
+def shared_workspace_growth(experts, attention, loaded):
+    """(the expert kernels', the attention's) growth of vLLM's one workspace buffer in the profile run: it is sized to
+    the largest request; a reservation made while the model was built (loaded) stays pinned, so a request within it
+    adds nothing and a larger one a whole buffer."""
+    largest = max(experts, attention)
+    if largest <= loaded:
+        return 0, 0
+    experts_part = experts if experts > loaded else 0
+    return experts_part, largest - experts_part
 
 
 def _profile_peak(forward, sampler, kept, per_call):
@@ -1990,11 +2039,12 @@ def overhead(profile, tp, settings):
                                           settings.get("flashinfer_sampler"), v2)
     kept, per_call = moe_workspace_parts(profile, tp, settings, act)
     index_kept, index_per_call = indexer_workspace_parts(profile, settings)
-    forward += index_per_call
-    # one workspace manager serves the expert kernels and the attention (V4's, the indexer's): it keeps the largest
-    # request, so the attention's counts only by what it exceeds the experts'
-    attention = max(0, max(compressed_attention_workspace_bytes(profile, settings), index_kept) - kept)
+    # one workspace manager serves the expert kernels and the attention (V4's, the indexer's)
+    kept, attention = shared_workspace_growth(kept, max(compressed_attention_workspace_bytes(profile, settings),
+                                                        index_kept), sparse_mla_load_workspace_bytes(profile, tp, settings))
     peak, experts = _profile_peak(forward, sampler, kept, per_call)
+    # the indexer's per-call buffer is freed before the layer's experts run: it counts where it is the larger
+    attention += _profile_peak(forward, sampler, kept, max(per_call, index_per_call))[1] - experts
     # speculative decoding: the drafter's phase (the target's output held through its forward, on the last stage,
     # where the drafter lives) and the rejection sampler's raise the peak; its buffers are counted from 0.27
     speculative = 0

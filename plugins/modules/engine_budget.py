@@ -419,9 +419,11 @@ calibration_fields:
 budget_gib:
   description:
     - Budget lines per GPU in GiB - free, engine_request (ceil(total x utilization)), weights_nominal,
-      weights_measured, weights, activation_peak, sampler_state, moe_workspace, attention_workspace (what the
-      attention keeps in the engine's shared workspace beyond the experts' request - DeepSeek-V4's prefill gather,
-      a sparse indexer's prefill buffer), cold_compile (from v0.29 what a
+      weights_measured, weights_padding (what loading adds to the checkpoint's bytes - MXFP4 experts padded by
+      their kernel, the prefill workspace Hopper's sparse-MLA backend reserves), weights, activation_peak,
+      sampler_state, moe_workspace, attention_workspace (what the attention adds to the engine's shared workspace
+      beyond the experts' request - DeepSeek-V4's prefill gather, a sparse indexer's prefill buffer), cold_compile
+      (from v0.29 what a
       cold torch.compile's benchmark copies of the embedding table add to the profile's peak), speculative (what a speculative
       drafter adds - its phase of the profile run, the rejection sampler's, and its input buffers where the engine
       counts them), encoder_profile (what a multimodal model's vision tower adds to the profile run's peak), non_torch, cudagraph,

@@ -816,6 +816,16 @@ def test_model_runner_v2_follows_the_version_and_the_architecture(version, archi
     assert engine_memory.model_runner_v2(version, profile) is v2
 
 
+@pytest.mark.parametrize("version, architecture, v2", [
+    ("0.26.0", "InklingForCausalLM", False),      # a hybrid model is refused before the list is read
+    ("0.27.0", "InklingForCausalLM", True),       # from 0.27 a listed hybrid takes V2
+    ("0.27.0", "Qwen3NextForCausalLM", False),    # an unlisted hybrid does not, dense or not
+])
+def test_a_hybrid_model_takes_model_runner_v2_only_when_listed(version, architecture, v2):
+    hybrid = dict(TINY, architecture=architecture, moe=None, layer_types=["linear_attention", "full_attention"])
+    assert engine_memory.model_runner_v2(version, hybrid) is v2
+
+
 def test_tensor_parallel_buffers_follow_the_engine_version():
     # v0.10: what NCCL builds at its init, NVLS buffers on NVSwitch Hopper boards and none elsewhere; v0.11 - v0.17:
     # a few tenths of a GiB a rank; from v0.18: about 2 GiB (public TP 2 / TP 4 logs print 2.06 - 2.21 GiB of
