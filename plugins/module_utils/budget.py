@@ -402,11 +402,21 @@ def overhead_lines(ctx, state, last_stage=True, first_stage=None):
         flat = int(engine["runtime_overhead_gib"] * GIB)
         return {"runtime_overhead": flat, "other_processes": others, "total": flat + others}, OVERHEAD_OVERRIDE, None
     # Activations in the model's dtype: an fp32 model holds twice the bytes (and fp32 logits from the start).
-    act_bytes = DTYPE_BYTES.get(state["tier"].get("dtype") or "bfloat16", 2)
+    act_bytes = tier_dtype_bytes(state["tier"])
     settings = state_settings(engine, state, ctx["profile"], last_pp_stage=last_stage, act_bytes=act_bytes,
                               first_pp_stage=ctx["pp"] == 1 if first_stage is None else first_stage,
-                              kv_dtype_bytes=KV_DTYPE_BYTES.get(ctx["kv_cache_dtype"], act_bytes))
+                              kv_dtype_bytes=kv_cache_dtype_bytes(ctx, state["tier"]))
     return engine_memory.overhead(ctx["profile"], ctx["tp"], settings), OVERHEAD_MODEL, None
+
+
+def tier_dtype_bytes(tier):
+    """Bytes an element of the tier's activations (its model dtype)."""
+    return DTYPE_BYTES.get(tier.get("dtype") or "bfloat16", 2)
+
+
+def kv_cache_dtype_bytes(ctx, tier):
+    """Bytes an element of the KV cache: its fp8 dtype's, else (auto) the model dtype's."""
+    return KV_DTYPE_BYTES.get(ctx["kv_cache_dtype"], tier_dtype_bytes(tier))
 
 
 def state_settings(engine, state, profile=None, **extra):
@@ -477,16 +487,18 @@ def evaluate_stage(state, ctx, share, overhead):
                        compressed_attention=stage_compressed_attention(profile, share))
     else:
         nominal = nominal_weight_bytes_per_rank(profile, tier["bits"], tp, ctx["load_mtp"])
-    model_dtype_bytes = DTYPE_BYTES.get(tier.get("dtype") or "bfloat16", 2)
-    kv_dtype_bytes = KV_DTYPE_BYTES.get(ctx["kv_cache_dtype"], model_dtype_bytes)
+    model_dtype_bytes = tier_dtype_bytes(tier)
+    kv_dtype_bytes = kv_cache_dtype_bytes(ctx, tier)
     # Header-measured bytes are exact; the parameter arithmetic is the floor when there are none. Either is
     # the checkpoint's size; what loading adds to it (not when the bytes are the engine's own "Model loading took"
     # figure, tier weights_as_loaded): MXFP4 experts grow when their kernel pads them, and Hopper's sparse-MLA
     # backend reserves its prefill workspace while the model is built.
-    loading = state_settings(engine, state, kv_dtype_bytes=kv_dtype_bytes)
-    padding = 0 if tier.get("weights_as_loaded") else (
-        engine_memory.expert_padding_bytes(profile, tp, engine, effective_bits(tier["bits"], profile.get("quantization")))
-        + engine_memory.sparse_mla_load_workspace_bytes(profile, tp, loading))
+    padding = 0
+    if not tier.get("weights_as_loaded"):
+        loading = state_settings(engine, state, kv_dtype_bytes=kv_dtype_bytes)
+        padding = (engine_memory.expert_padding_bytes(profile, tp, engine,
+                                                      effective_bits(tier["bits"], profile.get("quantization")))
+                   + engine_memory.sparse_mla_load_workspace_bytes(profile, tp, loading))
     weights = (measured if measured else nominal) + padding
     lines, source, entry = overhead
     available = int(engine["kv_cache_memory_bytes"]) if source == OVERHEAD_EXPLICIT_KV else ctx["engine_bytes"] - weights - lines["total"]

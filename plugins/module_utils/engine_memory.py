@@ -1208,6 +1208,11 @@ def _version(settings):
     return engine_version(settings.get("version"))
 
 
+def _max_model_len(profile, settings):
+    """The engine's max_model_len: the run's, else the model's own."""
+    return settings.get("max_model_len") or profile["max_position_embeddings"]
+
+
 def _mxfp4_moe_backend(settings):
     """gpt-oss's MXFP4 experts: FlashInfer TRT-LLM on SM100 (MOE_OTHER); on SM90 OpenAI's Triton kernels from
     TRITON_KERNELS_BUNDLED_SINCE (0.14.1 get_mxfp4_backend accepts the copy bundled in vllm.third_party; 0.19's
@@ -1802,7 +1807,7 @@ def _encoder_run(profile, settings):
     """(dummy batch, V2 runner) of the encoder's profile run, the batch None where the engine runs none: a text-only
     model or one whose media are all off (encoder_dummy_batch; V2 then False), or the V2 runner before
     ENCODER_V2_PROFILED_SINCE (V2 True). Without a max_model_len the model's own is taken."""
-    settings = dict(settings, max_model_len=settings.get("max_model_len") or profile["max_position_embeddings"])
+    settings = dict(settings, max_model_len=_max_model_len(profile, settings))
     batch = encoder_dummy_batch(profile.get("vision"), settings)
     v2 = batch is not None and runs_model_runner_v2(profile, settings)
     if v2 and engine_version(settings.get("version")) < ENCODER_V2_PROFILED_SINCE:
@@ -1924,7 +1929,7 @@ def compressed_attention_workspace_bytes(profile, settings):
         return 0
     tokens = settings["max_num_batched_tokens"]
     ratios = [ratio for ratio in compressed["ratios"] if ratio > 1]
-    entries = kv_layout.cdiv(settings.get("max_model_len") or profile["max_position_embeddings"], min(ratios)) \
+    entries = kv_layout.cdiv(_max_model_len(profile, settings), min(ratios)) \
         if ratios else 0
     gathered = DSV4_PREFILL_CHUNK * (entries + compressed["window"] + tokens) * compressed["head_dim"] * 2
     top_k = (compressed["index_topk"] if ratios else 0) + compressed["window"]
@@ -1963,10 +1968,6 @@ def _indexer_shape(profile):
         return (compressed["index_head_dim"], 4) if 4 in compressed["ratios"] else None
     indexer = (profile.get("mla") or {}).get("indexer")
     return (indexer["head_dim"], 1) if indexer else None
-
-
-def _max_model_len(profile, settings):
-    return settings.get("max_model_len") or profile["max_position_embeddings"]
 
 
 def indexer_workspace_parts(profile, settings):
