@@ -637,9 +637,10 @@ def resolve_engine(engine, gpus, desired_utilization, max_num_seqs):
     engine = dict(engine or {})
     totals = [g.get("total") for g in gpus if isinstance(g.get("total"), (int, float))]
     total = min(totals) if totals else 0
+    extensible = False if engine.get("kv_cache_memory_bytes") else engine.get("extensible_kv_cache")
     defaults = engine_memory.engine_defaults(engine.get("version"), engine.get("gpu_name"), total,
-                                             engine.get("v0_engine"))
-    resolved = dict(defaults, **{k: v for k, v in engine.items() if v is not None})
+                                             engine.get("v0_engine"), extensible)
+    resolved = dict(defaults, **{k: v for k, v in engine.items() if v is not None and k != "extensible_kv_cache"})
     resolved["platform"] = resolved.get("platform") or "cuda"
     resolved["max_num_batched_tokens_source"] = "set" if engine.get("max_num_batched_tokens") else "engine default"
     if resolved["platform"] == "cpu":

@@ -187,6 +187,8 @@ V1_DRAFTERS_UNTIL = {"draft_model": (0, 31, 0), "ngram": (0, 32, 0), "ngram_gpu"
 # Model runner V2's CUDA-graph estimate is 0 before this version (gpu/model_runner.py profile_cudagraph_memory,
 # 0.22 - 0.28: "TBD"), so its graphs are not counted before the KV cache; from it the real capture is measured.
 V2_CUDAGRAPH_ESTIMATED_SINCE = (0, 29, 0)
+# Breakable CUDA graphs, which some architectures run without torch.compile (breakable_cudagraphs).
+BREAKABLE_CUDAGRAPHS_SINCE = (0, 23, 0)
 # From this version a speculative engine's default capture sizes add the decode batches of 1 + k tokens a request
 # (n x (1 + k) for n on the request grid, within the cap; config/vllm.py _set_cudagraph_sizes, 0.29.0).
 DECODE_SIZES_APPENDED_SINCE = (0, 29, 0)
@@ -321,7 +323,7 @@ def checkpoint_kv_cache_dtype(profile, requested, version):
     return own
 
 
-def engine_defaults(version, gpu_name, gpu_total_bytes, v0_engine=None):
+def engine_defaults(version, gpu_name, gpu_total_bytes, v0_engine=None, extensible_kv_cache=None):
     """The engine's own defaults for the knobs that move the overhead, for this version and GPU.
 
     Sources (vLLM): vllm/engine/arg_utils.py EngineArgs.get_batch_defaults (0.32.0: >= 160 GiB cards
@@ -331,7 +333,10 @@ def engine_defaults(version, gpu_name, gpu_total_bytes, v0_engine=None):
     gave the API server 8192); vllm/config/cache.py gpu_memory_utilization 0.92 (0.9 before) and
     vllm/envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default on, both from PR #38284 (v0.20.0; see
     CUDAGRAPH_COUNTED_SINCE). v0_engine: whether the engine runs V0 (VLLM_USE_V1=0, which 0.8 - 0.10 still
-    honoured; None: V1 from V1_DEFAULT_SINCE).
+    honoured; None: V1 from V1_DEFAULT_SINCE). extensible_kv_cache: False where the run turns the extensible KV cache
+    off (--no-enable-extensible-kv-cache, or a KV cache size given in bytes, which vLLM sizes it by instead), whose
+    utilization default is then 0.92 (vllm/config/cache.py resolved_gpu_memory_utilization, config/vllm.py
+    _resolve_extensible_kv_cache, 0.34.0); None: on from EXTENSIBLE_KV_CACHE_SINCE.
     """
     ver = engine_version(version)
     v0 = ver < V1_DEFAULT_SINCE if v0_engine is None else bool(v0_engine)
@@ -346,7 +351,7 @@ def engine_defaults(version, gpu_name, gpu_total_bytes, v0_engine=None):
         batched, seqs = 2048, 256      # V0: v0_batched_tokens replaces the tokens once max_model_len is known
     if gpu_capability(gpu_name) in SMALL_TIER_CAPABILITIES:
         batched, seqs = 2048, 256           # GB10 (DGX Spark): unified memory, the small tier whatever its size
-    extensible = ver >= EXTENSIBLE_KV_CACHE_SINCE
+    extensible = ver >= EXTENSIBLE_KV_CACHE_SINCE and extensible_kv_cache is not False
     return {
         "gpu_memory_utilization": 1.0 if extensible else 0.92 if ver >= CUDAGRAPH_COUNTED_SINCE else 0.9,
         "max_num_batched_tokens": batched,
@@ -432,9 +437,10 @@ CONFIG_SETTINGS = {"enable-prefix-caching": "enable_prefix_caching", "mamba-ssm-
                    "max-cudagraph-capture-size": "max_cudagraph_capture_size", "async-scheduling": "async_scheduling",
                    "block-size": "block_size", "limit-mm-per-prompt": "mm_limits",
                    "language-model-only": "language_model_only", "skip-mm-profiling": "skip_mm_profiling",
-                   "attention-backend": "attention_backend", "disable-custom-all-reduce": "disable_custom_all_reduce"}
+                   "attention-backend": "attention_backend", "disable-custom-all-reduce": "disable_custom_all_reduce",
+                   "enable-extensible-kv-cache": "extensible_kv_cache"}
 BOOLEAN_CONFIG = ("enable-prefix-caching", "async-scheduling", "language-model-only", "skip-mm-profiling",
-                  "disable-custom-all-reduce")
+                  "disable-custom-all-reduce", "enable-extensible-kv-cache")
 # Of those, the flags the engine leaves off by default: false is its default, not a setting of the run's.
 BOOLEAN_CONFIG_OFF = ("language-model-only", "skip-mm-profiling", "disable-custom-all-reduce")
 MAMBA_SSM_DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -869,10 +875,12 @@ def flashinfer_sampler(version, environment=None, flashinfer_installed=None):
 # V1_DEFAULT_SINCE; 0.11 removed V0; the 0.7 opt-in V1 engine is not modelled), VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS
 # whether the CUDA-graph estimate is deducted before the KV cache (vLLM PR #30515: opt-in in envs.py from 0.18.0, not
 # in 0.17.0; default from CUDAGRAPH_COUNTED_SINCE), VLLM_USE_V2_MODEL_RUNNER which model runner runs (envs.py from
-# 0.12.0, not in 0.11.0; only V2 from MODEL_RUNNER_V1_REMOVED_SINCE).
+# 0.12.0, not in 0.11.0; only V2 from MODEL_RUNNER_V1_REMOVED_SINCE), VLLM_USE_BREAKABLE_CUDAGRAPH whether the model
+# runs breakable CUDA graphs, set either way over the release's list (breakable_cudagraphs).
 # Each maps to the budget setting it decides; VLLM_USE_V1 says the opposite of v0_engine.
 ENVIRONMENT_SETTINGS = {
     "VLLM_USE_V1": ("v0_engine", V1_DEFAULT_SINCE, (0, 11, 0)),
+    "VLLM_USE_BREAKABLE_CUDAGRAPH": ("breakable_cudagraphs", BREAKABLE_CUDAGRAPHS_SINCE, None),
     "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": ("cudagraph_counted", (0, 18, 0), None),
     "VLLM_USE_V2_MODEL_RUNNER": ("model_runner_v2", (0, 12, 0), MODEL_RUNNER_V1_REMOVED_SINCE),
 }
@@ -1140,13 +1148,15 @@ PACKED_KV_GROUPS_SINCE = (0, 32, 0)
 # FlashInfer and FlexAttention (model_executor/layers/attention/attention.py get_kv_cache_spec,
 # _largest_kernel_block_within; absent in 0.24.0). Page unification then grows it by the ratio to the largest page,
 # or pads its page where the ratio is not whole (Gemma 4 at --block-size 48: a third of its sliding pages empty).
-SLIDING_OWN_BLOCK_SINCE = (0, 25, 0)
+# From 0.30 the kernel block is chosen within the page --block-size gives the layer's own bytes a token, which is
+# --block-size itself on those backends (their blocks are multiples of 16), so a sliding layer starts there again.
+SLIDING_OWN_BLOCK = ((0, 25, 0), (0, 30, 0))
 SLIDING_KERNEL_BLOCK = 16
 
 
 def attention_start_blocks(settings):
     """kv_layout.layout's start_blocks: {kind: block} of the layer kinds that do not start at --block-size."""
-    if engine_version(settings.get("version")) >= SLIDING_OWN_BLOCK_SINCE:
+    if in_releases(settings.get("version"), *SLIDING_OWN_BLOCK):
         return {kv_layout.SLIDING: SLIDING_KERNEL_BLOCK}
     return {}
 
@@ -1876,15 +1886,51 @@ def cudagraph_counted(profile, settings):
 COLD_COMPILE_CHARGED_SINCE = (0, 29, 0)
 V2_COLD_COMPILE_CHARGED_SINCE = (0, 26, 0)
 
+# Architectures vLLM runs on breakable CUDA graphs by default, and so without torch.compile (CompilationMode.NONE), by
+# the release that first lists each (vllm/config/vllm.py: a list inline in 0.23 - 0.28, DEFAULT_BREAKABLE_CUDAGRAPH_
+# ARCHITECTURES from 0.29, the Qwen3.5 family on CUDA from 0.34, _QWEN3_5_ARCHITECTURES; read in each wheel of
+# 0.23 - 0.34). VLLM_USE_BREAKABLE_CUDAGRAPH set either way overrides the list (envs.py, from BREAKABLE_CUDAGRAPHS_SINCE).
+BREAKABLE_CUDAGRAPH_ARCHITECTURES = (
+    ((0, 23, 0), ("DeepseekV4ForCausalLM", "DeepSeekV4MTPModel")),
+    ((0, 24, 0), ("MiniMaxM3SparseForCausalLM", "MiniMaxM3SparseForConditionalGeneration")),
+    ((0, 26, 0), ("InklingForCausalLM", "InklingForConditionalGeneration")),
+    ((0, 27, 0), ("KimiK3ForConditionalGeneration", "KimiK3MTPModel", "KimiLinearForCausalLM")),
+    ((0, 29, 0), ("DeepseekV32ForCausalLM", "DeepseekV32MTPModel", "Dots3NoteForCausalLM", "Dots3NoteMTPModel",
+                  "GlmMoeDsaForCausalLM", "HYV4ForCausalLM", "HYV4MTPModel")),
+    ((0, 30, 0), ("DeepseekV41ForCausalLM", "DeepseekV4ForConditionalGeneration", "Glm5NextForCausalLM",
+                  "Glm5NextForConditionalGeneration", "Glm5NextMTPModel", "Qwen4ExpForCausalLM",
+                  "Qwen4ExpForConditionalGeneration", "Qwen4ExpMTP")),
+    ((0, 33, 0), ("AliceAIForCausalLM", "BeamForCausalLM", "MuseSpark1xForCausalLM", "MuseSparkForConditionalGeneration",
+                  "Step5ForCausalLM", "Step5ForConditionalGeneration")),
+    ((0, 34, 0), ("KimiK31ForConditionalGeneration", "MistralLarge4ForCausalLM", "MuseSparkForCausalLM",
+                  "Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MTP", "Qwen3_5MoeForCausalLM",
+                  "Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeMTP")),
+)
+
+
+def breakable_cudagraphs(profile, settings):
+    """Whether the engine captures breakable CUDA graphs and compiles nothing: the model's architecture is listed by
+    its release (BREAKABLE_CUDAGRAPH_ARCHITECTURES) or the environment turns them on (breakable_cudagraphs setting,
+    VLLM_USE_BREAKABLE_CUDAGRAPH); a GPU only (the CPU platform keeps torch.compile for Qwen3.5)."""
+    ver = engine_version(settings.get("version"))
+    if ver < BREAKABLE_CUDAGRAPHS_SINCE or settings.get("platform") == "cpu":
+        return False
+    if settings.get("breakable_cudagraphs") is not None:
+        return bool(settings["breakable_cudagraphs"])
+    return any(profile.get("architecture") in names for since, names in BREAKABLE_CUDAGRAPH_ARCHITECTURES
+               if ver >= since)
+
 
 def cold_compile_bytes(profile, tp, settings, act_bytes=2):
     """The input embedding table of one rank while a cold torch.compile benchmarks its kernels, where that is inside
     the profile's window (COLD_COMPILE_CHARGED_SINCE; V2_COLD_COMPILE_CHARGED_SINCE on model runner V2): a compiled,
     text-only run (a multimodal run embeds outside the compiled graph) on the first pipeline stage, on a GPU (vLLM
     turns combo kernels on there only); 0 otherwise, and 0 where the compile cache is known warm (compile_cache_warm:
-    the engine then loads its compiled graphs, "Directly load AOT compilation", and compiles nothing)."""
+    the engine then loads its compiled graphs, "Directly load AOT compilation", and compiles nothing) or the model runs
+    breakable CUDA graphs, which compile nothing (breakable_cudagraphs)."""
     since = V2_COLD_COMPILE_CHARGED_SINCE if runs_model_runner_v2(profile, settings) else COLD_COMPILE_CHARGED_SINCE
     if (settings.get("enforce_eager") or settings.get("compile_cache_warm") or not settings.get("first_pp_stage", True)
+            or breakable_cudagraphs(profile, settings)
             or settings.get("platform") == "cpu" or engine_version(settings.get("version")) < since
             or (profile.get("params") or {}).get("vision")):
         return 0
@@ -1901,15 +1947,18 @@ def cold_compile_bytes(profile, tp, settings, act_bytes=2):
 # against 0.11 - 0.15 on eager v0.29 starts (no compile), with the 1.16 GiB table charged as transient peak as well.
 # Model runner V2's dummy sampler is a greedy argmax that keeps nothing (a v0.29 Gemma-4 start on V2 shows no such
 # segment; some v0.27 - v0.28 V2 starts print one, a TP 2 start of the same model none: not modelled there).
-COMPILE_SEGMENT_COUNTED_SINCE = (0, 27, 0)
+# From 0.31 the profile run is made under a 20 MiB split limit (gpu_worker.py determine_available_memory,
+# _scoped_allocator_max_split): a freed block that large is never split for a later buffer, so empty_cache releases
+# it and nothing of the table stays counted.
+COMPILE_SEGMENT_COUNTED = ((0, 27, 0), (0, 31, 0))
 
 
 def compile_segment_kept_bytes(profile, settings, table):
     """The cold compile's table segment (table: cold_compile_bytes) that stays reserved after the profile and counts
-    against the KV cache (COMPILE_SEGMENT_COUNTED_SINCE): on the V1 runner, where that run's sampler pass (the last
+    against the KV cache (releases COMPILE_SEGMENT_COUNTED): on the V1 runner, where that run's sampler pass (the last
     pipeline stage's) follows the compile on the same rank; 0 otherwise."""
     if (not table or not settings.get("last_pp_stage", True) or runs_model_runner_v2(profile, settings)
-            or engine_version(settings.get("version")) < COMPILE_SEGMENT_COUNTED_SINCE):
+            or not in_releases(settings.get("version"), *COMPILE_SEGMENT_COUNTED)):
         return 0
     return table
 
@@ -1951,6 +2000,15 @@ INDEXER_ENTRIES_PER_TOKEN = {"kept": 40, "per_call": 2}
 INDEXER_SCALE_BYTES = 4
 INDEXER_CALL_COPIES = 2          # 0.11 - 0.12: the entries and their contiguous copy
 INDEXER_LOGITS_BYTES = 512 * 1024 * 1024
+# From 0.34 the stand-in is the larger of that and one decode step's fp32 logits: min(max_num_seqs,
+# max_num_batched_tokens) x (1 + speculative tokens) rows over the indexed positions, each row padded to the KV split
+# and the 1024-byte stride (768 positions on SM 10.x, 256 elsewhere); SM 10.x chunks decode within
+# VLLM_SPARSE_INDEXER_MAX_DECODE_LOGITS_MB, 2048 (sparse_attn_indexer.py, 0.34.0; a top-k of 512 - 2048 taken, as
+# DeepSeek-V3.2, GLM-5 and V4 have; 0.29 - 0.33 still 512 MiB alone).
+INDEXER_DECODE_LOGITS_SINCE = (0, 34, 0)
+INDEXER_DECODE_ROW_ALIGN = {10: 768}
+INDEXER_DECODE_ROW_ALIGN_OTHER = 256
+INDEXER_DECODE_CHUNK_BYTES = 2048 * 1024 * 1024
 # Hopper's FlashMLA sparse backend, which runs a packed fp8_ds_mla cache there, reserves its bf16 prefill workspace
 # (5 x max_model_len latents) and its query buffer (max_num_batched_tokens x the rank's heads) in the same manager
 # while the model is built, inside "Model loading took"; its views keep that buffer alive, so a larger request in the
@@ -1983,7 +2041,21 @@ def indexer_workspace_parts(profile, settings):
     if version < INDEXER_WORKSPACE_KEPT_SINCE:
         return 0, INDEXER_CALL_COPIES * entry * INDEXER_ENTRIES_PER_TOKEN["per_call"] * positions
     logits = INDEXER_LOGITS_BYTES if version >= INDEXER_LOGITS_RESERVED_SINCE else 0
+    if version >= INDEXER_DECODE_LOGITS_SINCE:
+        logits = max(logits, indexer_decode_step_logits_bytes(positions, settings))
     return entry * INDEXER_ENTRIES_PER_TOKEN["kept"] * positions, logits
+
+
+def indexer_decode_step_logits_bytes(positions, settings):
+    """One decode step's fp32 indexer logits over ``positions`` keys, as 0.34's dummy run reserves them (see
+    INDEXER_DECODE_LOGITS_SINCE)."""
+    major = (gpu_capability(settings.get("gpu_name")) or (0,))[0]
+    drafts = (settings.get("num_speculative_tokens") or 0) if speculative_method(settings) else 0
+    rows = min(settings["max_num_seqs"], settings["max_num_batched_tokens"]) * (1 + drafts)
+    if major in INDEXER_DECODE_ROW_ALIGN:
+        rows = min(rows, INDEXER_DECODE_CHUNK_BYTES // (INDEXER_LOGIT_BYTES * positions))
+    padded = _round_up(positions, INDEXER_DECODE_ROW_ALIGN.get(major, INDEXER_DECODE_ROW_ALIGN_OTHER))
+    return rows * padded * INDEXER_LOGIT_BYTES
 
 
 def sparse_mla_load_workspace_bytes(profile, tp, settings):

@@ -88,6 +88,9 @@ KV_GIB_AFTER_WARMUP = re.compile(r"KV cache blocks \((-?[\d.]+) GiB\) fit within
 WEIGHTS_GIB = re.compile(r"Model loading took ([\d.]+) GiB")
 CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 CUDAGRAPH_ESTIMATE = re.compile(r"Estimated CUDA graph memory: ([\d.]+) GiB")
+# Model runner V2 (the default from 0.29, the only runner in 0.34) prints no estimate line of its own; the worker
+# restates the estimate beside the pool it captured (v1/worker/gpu_worker.py compile_or_warm_up_model, 0.26 - 0.34).
+CUDAGRAPH_POOL = re.compile(r"CUDA graph pool memory: -?[\d.]+ GiB \(actual\), ([\d.]+) GiB \(estimated\)")
 GRAPH_CAPTURE = re.compile(r"Graph capturing finished in [\d.]+ secs?, took (-?[\d.]+) GiB")
 ENGINE_VERSION = re.compile(r"(?:LLM engine \(v|API server version |\bversion )(\d+\.\d+[\w.+-]*)")
 BATCHED_TOKENS = re.compile(r"max_num_batched_tokens=(\d+)")
@@ -116,6 +119,7 @@ def classify(text):
         _capture(result, "weights_gib", WEIGHTS_GIB, line, lambda m: float(m.group(1)))
         _capture(result, "max_concurrency", CONCURRENCY, line, lambda m: float(m.group(2)))
         _capture(result, "cudagraph_estimate_gib", CUDAGRAPH_ESTIMATE, line, lambda m: float(m.group(1)))
+        _capture(result, "cudagraph_estimate_gib", CUDAGRAPH_POOL, line, lambda m: float(m.group(1)))
         _capture(result, "graph_capture_gib", GRAPH_CAPTURE, line, lambda m: float(m.group(1)))
         _capture(result, "max_num_batched_tokens", BATCHED_TOKENS, line, lambda m: int(m.group(1)))
         if result["engine_version"] is None:

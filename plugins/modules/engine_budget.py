@@ -185,6 +185,9 @@ options:
         the backend is vLLM's own choice (FlashInfer on SM100 GPUs for models without MLA).
         C(disable-custom-all-reduce) is modelled too - CUDA graphs that capture NCCL's all-reduce keep more a layer,
         as they do without the flag on more than two GPUs that reach each other over PCIe alone.
+        C(enable-extensible-kv-cache) is modelled from v0.34.0 - set to false (or with C(kv-cache-memory-bytes)) the
+        engine sizes its cache from the profile alone, keeps no margin of free memory, and its utilization default is
+        0.92 instead of 1.0.
       - C(speculative-config) (a mapping, its JSON text, or dotted keys such as C(speculative-config.method)) is
         modelled - its method as vLLM resolves it (every MTP alias is V(mtp); a draft model's name can say eagle,
         eagle3, dflash or dspark) and C(num_speculative_tokens), which vLLM requires except for suffix decoding (24)

@@ -2,6 +2,7 @@
 """The corpus of real vLLM startup logs (bench/kv_corpus) is well formed, and the budget's physics
 stays close to the Hy3 engines in it (a regression guard; the full scoring is bench/kv_accuracy.py)."""
 import os
+import re
 import sys
 
 import pytest
@@ -19,6 +20,14 @@ def test_the_corpus_is_big_and_varied_enough():
     moe_tp4 = [c for c in CASES if c["id"].startswith("moe-") and (c["settings"].get("tensor_parallel_size") or 1) >= 4]
     assert len(CASES) >= 40 and len(moe_tp4) >= 10
     assert any("hy3" in c["id"] for c in moe_tp4)
+
+
+def test_the_readme_counts_the_cases_the_corpus_holds():
+    # The README's figures are read beside the corpus; a harvest that adds cases must restate them.
+    with open(os.path.join(ROOT, "README.md")) as handle:
+        readme = handle.read()
+    counts = re.findall(r"(?:against|holds) (\d+) real vLLM startup logs", readme)
+    assert counts and set(counts) == {str(len(CASES))}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])

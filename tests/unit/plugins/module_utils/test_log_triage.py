@@ -99,6 +99,18 @@ def test_reads_every_memory_line_of_a_gpu_startup():
     assert result["engine_version"] == "0.22.1" and result["max_num_batched_tokens"] == 8192
 
 
+def test_model_runner_v2_gives_its_graph_estimate_on_the_pool_line():
+    """V2 prints no "Estimated CUDA graph memory" line; the worker's pool line carries the estimate (0.29+)."""
+    log = GPU_STARTUP_LOG.replace(
+        "(EngineCore_DP0 pid=311) INFO 10-02 08:11:40 [gpu_model_runner.py:4120] Estimated CUDA graph memory: 0.79 GiB total\n",
+        "").replace("Application startup complete.", "Application startup complete.\n"
+                    "INFO [gpu_worker.py:797] CUDA graph pool memory: 0.71 GiB (actual), 0.52 GiB (estimated), "
+                    "difference: 0.19 GiB (26.8%).")
+    assert "Estimated CUDA graph memory" not in log
+    result = classify(log)
+    assert (result["cudagraph_estimate_gib"], result["graph_capture_gib"]) == (0.52, 0.71)
+
+
 def test_v0_34_reads_the_cache_kept_after_warm_up_not_the_reservation():
     """With the extensible KV cache the first GiB line is the reserved range; the size kept comes after
     warm-up and graph capture (the line's wording from vllm/v1/worker/extensible_kv_cache.py, 0.34.0)."""

@@ -895,6 +895,8 @@ def test_gemma4_26b_sliding_layers_keep_the_kernel_s_block(block_size, kv_gib, t
     capacity = kv_layout.capacity(layout, int(kv_gib * 1024 ** 3))
     assert abs(capacity["tokens"] - tokens) < 0.002 * tokens and abs(capacity["max_concurrency"] - concurrency) <= 0.01
     assert engine_memory.attention_start_blocks({"version": "0.24.0"}) == {}
+    # from 0.30 the kernel block is chosen within --block-size's page of the layer's own bytes: --block-size again
+    assert engine_memory.attention_start_blocks({"version": "0.30.0"}) == {}
     old = kv_layout.layout(profile, 1, 2, 48, 4096, 4096)
     assert old["page_bytes"] == 48 * 8 * 512 * 2 and kv_layout.capacity(old, int(8.56 * 1024 ** 3))["tokens"] > 40000
 
@@ -944,6 +946,31 @@ def test_a_public_cold_gemma4_start_whose_profile_charged_its_embedding_table():
     assert abs(table["kv_available"] / 1024 ** 3 - 13.47) < 0.3
 
 
+def test_breakable_cuda_graphs_compile_nothing_so_no_cold_compile_is_charged():
+    """vLLM runs listed architectures on breakable CUDA graphs with CompilationMode.NONE (vllm/config/vllm.py,
+    0.23 - 0.34): a text-only Qwen3.5 from 0.34 on a GPU, GLM-5 (DSA) from 0.29; the environment decides over the list."""
+    qwen35 = model_profile(dict(LLAMA_31_8B, architectures=["Qwen3_5ForCausalLM"], vocab_size=248320))
+    table = 248320 * 4096 * 2
+    settings = {"version": "0.33.0", "max_num_batched_tokens": 2048, "max_num_seqs": 256}
+    assert engine_memory.cold_compile_bytes(qwen35, 1, settings) == table
+    on_034 = dict(settings, version="0.34.0")
+    assert engine_memory.breakable_cudagraphs(qwen35, on_034)
+    assert engine_memory.cold_compile_bytes(qwen35, 1, on_034) == 0
+    assert engine_memory.overhead(qwen35, 1, on_034)["cold_compile"] == 0
+    # the CPU platform keeps torch.compile; the environment opts out, or in for an unlisted model
+    assert not engine_memory.breakable_cudagraphs(qwen35, dict(on_034, platform="cpu"))
+    opted_out = dict(on_034, **engine_memory.engine_environment("0.34.0", {"VLLM_USE_BREAKABLE_CUDAGRAPH": "0"}))
+    assert engine_memory.cold_compile_bytes(qwen35, 1, opted_out) == table
+    assert "VLLM_USE_BREAKABLE_CUDAGRAPH=0" in engine_memory.overhead_config_key(opted_out)
+    llama = model_profile(LLAMA_31_8B)
+    opted_in = dict(settings, **engine_memory.engine_environment("0.33.0", {"VLLM_USE_BREAKABLE_CUDAGRAPH": "1"}))
+    assert engine_memory.cold_compile_bytes(llama, 1, opted_in) == 0
+    # the release that lists an architecture first, and no breakable graphs before 0.23
+    glm5 = model_profile(dict(LLAMA_31_8B, architectures=["GlmMoeDsaForCausalLM"]))
+    assert [engine_memory.breakable_cudagraphs(glm5, {"version": v}) for v in ("0.28.0", "0.29.0")] == [False, True]
+    assert not engine_memory.breakable_cudagraphs(llama, dict(opted_in, version="0.22.0"))
+
+
 def test_a_forced_v1_runner_keeps_the_cold_compile_segment():
     """vLLM 0.29.0, Qwen3-8B-FP8 on one MIG 1g.16gb slice of an RTX PRO 4500, VLLM_USE_V2_MODEL_RUNNER=0
     (github.com/akamaslabs/vllm-benchmark at 852352464bac, studies/28-g7-4500-mig-min-cost-fixed-load/kernel-probe/results/
@@ -961,7 +988,9 @@ def test_a_forced_v1_runner_keeps_the_cold_compile_segment():
 
     assert kept(v1) == table
     # V2's sampler keeps nothing there; V1's cold compile shows from 0.29; no sampler on an earlier stage; no compile
-    for off in (settings, dict(v1, version="0.28.0"), dict(v1, last_pp_stage=False), dict(v1, enforce_eager=True)):
+    # 0.31 profiles under a 20 MiB split limit, which leaves the freed table's block whole and releasable
+    for off in (settings, dict(v1, version="0.28.0"), dict(v1, last_pp_stage=False), dict(v1, enforce_eager=True),
+                dict(v1, version="0.31.0")):
         assert kept(off) == 0
     lines = engine_memory.overhead(qwen3_8b, 1, v1)
     assert lines["cold_compile"] == table - lines["activation_peak"] + table

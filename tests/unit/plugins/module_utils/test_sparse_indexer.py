@@ -38,6 +38,22 @@ def test_the_indexer_s_profile_buffers_follow_the_release(version, kept, per_cal
     assert engine_memory.indexer_workspace_parts(GLM52, engine(version)) == (kept, per_call)
 
 
+def test_from_0_34_the_logits_stand_in_covers_one_decode_step():
+    """0.34 reserves the larger of the 512 MiB prefill budget and a decode step's fp32 logits: min(seqs, batched
+    tokens) x (1 + drafts) rows, each padded to 768 positions on SM 10.x (256 elsewhere), chunked within 2 GiB there."""
+    hopper = engine("0.34.0", gpu_name="NVIDIA H200", max_model_len=202752)
+    rows_bytes = 1024 * 202752 * 4                              # 202752 is a multiple of 256
+    assert engine_memory.indexer_workspace_parts(GLM52, hopper)[1] == rows_bytes
+    mtp = dict(hopper, speculative_method="mtp", num_speculative_tokens=3)
+    assert engine_memory.indexer_workspace_parts(GLM52, mtp)[1] == 4 * rows_bytes      # no cap on Hopper
+    blackwell = dict(mtp, gpu_name="NVIDIA B200")
+    padded = -(-202752 // 768) * 768
+    assert engine_memory.indexer_workspace_parts(GLM52, blackwell)[1] == (2048 * MIB // (4 * 202752)) * padded * 4
+    # a short context or few requests leave the prefill budget the larger; 0.33 reserves that alone
+    assert engine_memory.indexer_workspace_parts(GLM52, dict(hopper, max_num_seqs=64))[1] == 512 * MIB
+    assert engine_memory.indexer_workspace_parts(GLM52, dict(mtp, version="0.33.0"))[1] == 512 * MIB
+
+
 def test_models_without_an_indexer_reserve_nothing_and_v4_divides_by_its_compress_ratio():
     dense_mla = dict(GLM52, mla=dict(GLM52["mla"], indexer=None))
     assert engine_memory.indexer_workspace_parts(dense_mla, engine("0.26.0")) == (0, 0)
