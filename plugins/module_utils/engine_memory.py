@@ -1030,7 +1030,7 @@ def expert_workspace_parts(profile, tp, settings, act_bytes=2):
     chunk = tokens
     if _version(settings) < FUSED_MOE_UNCHUNKED_SINCE and not settings.get("expert_parallel"):
         chunk = min(tokens, FUSED_MOE_CHUNK_TOKENS)
-    backend = moe_backend(profile, settings) if quantized_experts(profile, settings) else MOE_TRITON
+    backend = moe_backend(profile, settings)
     if backend == MOE_TRITON and _quant_method(profile) == "mxfp4":
         return openai_triton_workspace_parts(tokens, top_k, inter, hidden, settings, act_bytes)
     if backend == MOE_MARLIN:
@@ -1176,7 +1176,7 @@ def moe_backend(profile, settings):
 
     A backend the engine printed ("Using TRITON Fp8 MoE backend") wins (settings moe_backend).
     Otherwise, from the checkpoint, the GPU and the engine version (sources in each branch's helper):
-      * unquantized experts: Triton (TritonExperts);
+      * unquantized experts: _unquantized_moe_backend;
       * integer weight-only experts (compressed-tensors / AWQ / GPTQ W4A16, W8A16): Marlin;
       * fp8 experts: _fp8_moe_backend;
       * MXFP4 experts (gpt-oss): _mxfp4_moe_backend;
@@ -1189,7 +1189,7 @@ def moe_backend(profile, settings):
                 return backend
         return MOE_OTHER
     if not quantized_experts(profile, settings):
-        return MOE_TRITON
+        return _unquantized_moe_backend(profile, settings)
     quant = profile.get("quantization") or {}
     method, bits = _quant_method(profile), quant.get("bits", 16)
     if method == "mxfp4":
@@ -1203,6 +1203,29 @@ def moe_backend(profile, settings):
         # (CompressedTensorsW8A8Int8MoEMethod, 0.19); weight-only int8 (W8A16) goes to Marlin below
         return MOE_TRITON
     return MOE_MARLIN
+
+
+# Unquantized (bf16) experts: vLLM's oracle tries FlashInfer's TRT-LLM kernels first, which run on SM 10.x alone
+# (B200, B300, GB200), then FlashInfer CUTLASS, then Triton; Hopper moves both FlashInfer backends to the back, and
+# gpt-oss's activation (SWIGLUOAI) does too (fused_moe/oracle/unquantized.py _get_priority_backends,
+# experts/trtllm_bf16_moe.py, read in the wheels of 0.23.0 - 0.34.0; releases before are taken as Triton). FlashInfer
+# CUTLASS, next on SM 12.x, is not modelled for bf16 experts: Triton's buffers stand for it there.
+UNQUANTIZED_FLASHINFER_SINCE = (0, 23, 0)
+# From 0.29 the TRT-LLM kernel's gated experts are padded to a multiple of 128 of each rank's width (0.24 - 0.28
+# padded non-gated ones alone; 0.31 pads before allocating): weights beyond the checkpoint's bytes
+# (oracle/unquantized.py convert_to_unquantized_kernel_format / unquantized_round_up_hidden_size_and_intermediate_size).
+UNQUANTIZED_TRTLLM_PADDED_SINCE = (0, 29, 0)
+UNQUANTIZED_TRTLLM_WIDTH_ALIGN = 128
+
+
+def _unquantized_moe_backend(profile, settings):
+    """MOE_OTHER where FlashInfer's TRT-LLM kernels run bf16 experts (UNQUANTIZED_FLASHINFER_SINCE, SM 10.x, not
+    gpt-oss), else MOE_TRITON."""
+    capability = _capability(settings)
+    if (capability is not None and capability[0] == 10 and _version(settings) >= UNQUANTIZED_FLASHINFER_SINCE
+            and profile.get("model_type") != "gpt_oss"):
+        return MOE_OTHER
+    return MOE_TRITON
 
 
 def _fp8_experts(profile):
@@ -1288,15 +1311,21 @@ MXFP4_WIDTH_ALIGN_DEFAULT = 128
 
 
 def expert_padding_bytes(profile, tp, settings, bits_per_weight):
-    """Bytes one rank's MXFP4 experts take beyond the checkpoint's, once padded for their kernel (0 for
-    other checkpoints)."""
+    """Bytes one rank's experts take beyond the checkpoint's, once padded for their kernel: MXFP4 experts, and bf16
+    experts on FlashInfer's TRT-LLM kernels (UNQUANTIZED_TRTLLM_PADDED_SINCE); 0 for other checkpoints."""
     moe = _moe(profile)
-    if not moe or _quant_method(profile) != "mxfp4":
+    if not moe:
         return 0
     split = _expert_split(settings, tp)
     hidden, width = profile["hidden_size"], moe["moe_intermediate_size"] // split
-    align = MXFP4_WIDTH_ALIGN.get(moe_backend(profile, settings), MXFP4_WIDTH_ALIGN_DEFAULT)
-    extra = _round_up(hidden, MXFP4_HIDDEN_ALIGN) * _round_up(width, align) - hidden * width
+    if _quant_method(profile) == "mxfp4":
+        align = MXFP4_WIDTH_ALIGN.get(moe_backend(profile, settings), MXFP4_WIDTH_ALIGN_DEFAULT)
+        extra = _round_up(hidden, MXFP4_HIDDEN_ALIGN) * _round_up(width, align) - hidden * width
+    elif (not quantized_experts(profile, settings) and moe_backend(profile, settings) == MOE_OTHER
+            and _version(settings) >= UNQUANTIZED_TRTLLM_PADDED_SINCE):
+        extra = hidden * (_round_up(width, UNQUANTIZED_TRTLLM_WIDTH_ALIGN) - width)
+    else:
+        return 0
     experts = moe["num_experts"] // (tp if settings.get("expert_parallel") else 1)
     layers = profile["num_hidden_layers"] - len(moe.get("dense_layers") or [])
     return int(3 * extra * experts * max(0, layers) * bits_per_weight / 8)

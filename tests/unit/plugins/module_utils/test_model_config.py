@@ -339,6 +339,30 @@ def test_mxfp4_experts_grow_by_their_kernel_padding(gpu, backend, tp, loaded_gib
     assert engine_memory.expert_padding_bytes(model_profile(HY3), 1, settings, 4.25) == 0    # not MXFP4
 
 
+def test_bf16_experts_on_sm100_run_trtllm_kernels_padded_to_128_wide():
+    """vLLM's unquantized expert oracle takes FlashInfer's TRT-LLM kernels on SM 10.x (0.23+; Hopper and gpt-oss keep
+    Triton), whose gated experts are padded to a multiple of 128 of each rank's width from 0.29: Qwen3-30B-A3B at TP 4
+    holds 192 -> 256 columns a rank, a third more expert weight than its shards; expert parallelism keeps 768."""
+    from ansible_collections.hy3.fleet.plugins.module_utils import engine_memory
+    p = model_profile(QWEN3_30B_A3B)
+    b200 = {"gpu_name": "NVIDIA B200", "version": "0.29.0"}
+    assert engine_memory.moe_backend(p, b200) == engine_memory.MOE_OTHER
+    per_rank = 2048 * (256 - 192) * 3 * 128 * 48 * 2
+    assert engine_memory.expert_padding_bytes(p, 4, b200, 16) == per_rank
+    assert engine_memory.expert_padding_bytes(p, 4, dict(b200, expert_parallel=True), 16) == 0
+    assert engine_memory.expert_padding_bytes(p, 4, dict(b200, version="0.28.0"), 16) == 0
+    assert engine_memory.expert_padding_bytes(p, 2, b200, 16) == 0                       # 384 is 3 x 128
+    for other in ({"gpu_name": "NVIDIA H200", "version": "0.29.0"}, dict(b200, version="0.22.0")):
+        assert engine_memory.moe_backend(p, other) == engine_memory.MOE_TRITON
+        assert engine_memory.expert_padding_bytes(p, 4, other, 16) == 0
+    assert engine_memory.moe_backend(model_profile(dict(GPT_OSS_20B, quantization_config=None)), b200) == \
+        engine_memory.MOE_TRITON
+    # TRT-LLM's buffers live inside each call: the experts' workspace is per call there, kept on Triton
+    settings = dict(b200, max_num_batched_tokens=8192)
+    assert engine_memory.expert_workspace_parts(p, 4, settings)[0] == 0
+    assert engine_memory.expert_workspace_parts(p, 4, dict(settings, gpu_name="NVIDIA H200"))[1] == 0
+
+
 def test_explicit_layer_types_and_hybrid_linear_layers():
     cfg = dict(LLAMA_31_8B, num_hidden_layers=4, layer_types=["linear_attention", "linear_attention",
                                                               "linear_attention", "full_attention"],
