@@ -581,8 +581,8 @@ def test_v0_34_sizes_its_cache_after_warm_up_with_a_margin_of_free_memory():
 def test_v0_34_without_the_extensible_cache_sizes_it_at_the_older_default():
     """vLLM turns the extensible KV cache off for --no-enable-extensible-kv-cache and for a cache given in bytes, and
     its utilization default is then 0.92 (config/cache.py resolved_gpu_memory_utilization, 0.34.0): no margin kept."""
-    settings, problems, _ = engine_memory.config_settings({"enable-extensible-kv-cache": False}, "0.34.0")
-    assert settings == {"extensible_kv_cache": False} and not problems
+    settings, problems, warnings = engine_memory.config_settings({"enable-extensible-kv-cache": False}, "0.34.0")
+    assert settings == {"extensible_kv_cache": False} and not problems and not warnings
     engine = {"version": "0.34.0", "gpu_name": "NVIDIA H200"}
     off = plan(HY3, [tier("fp8")], gpus(8, 140), max_model_len=32768, max_num_seqs=16, engine=dict(engine, **settings))
     assert off["gpu_memory_utilization"] == 0.92 and off["engine"]["extensible_kv_cache"] is False
@@ -590,8 +590,9 @@ def test_v0_34_without_the_extensible_cache_sizes_it_at_the_older_default():
     on = plan(HY3, [tier("fp8")], gpus(8, 140), max_model_len=32768, max_num_seqs=16,
               engine=dict(engine, extensible_kv_cache=True))
     assert on["gpu_memory_utilization"] == 1.0 and on["engine"]["extensible_kv_cache"] is True
-    resolved, utilization, _ = budget.resolve_engine(dict(engine, kv_cache_memory_bytes=GIB), gpus(8, 140), None, None)
-    assert not resolved["extensible_kv_cache"] and utilization == 0.92
+    resolved, utilization, seqs = budget.resolve_engine(dict(engine, kv_cache_memory_bytes=GIB), gpus(8, 140), None,
+                                                        None)
+    assert not resolved["extensible_kv_cache"] and utilization == 0.92 and seqs == 1024
 
 
 def test_sm100_captures_more_and_larger_graphs():
