@@ -637,6 +637,9 @@ def resolve_engine(engine, gpus, desired_utilization, max_num_seqs):
     engine = dict(engine or {})
     totals = [g.get("total") for g in gpus if isinstance(g.get("total"), (int, float))]
     total = min(totals) if totals else 0
+    _require(not (engine.get("extensible_kv_cache") and engine.get("kv_cache_memory_bytes")),
+             "enable-extensible-kv-cache sizes the KV cache from measured memory, which kv_cache_memory_bytes "
+             "overrides: vLLM refuses the two together; leave one out")
     extensible = False if engine.get("kv_cache_memory_bytes") else engine.get("extensible_kv_cache")
     defaults = engine_memory.engine_defaults(engine.get("version"), engine.get("gpu_name"), total,
                                              engine.get("v0_engine"), extensible)

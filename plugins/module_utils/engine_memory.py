@@ -46,7 +46,8 @@ import re
 
 from ansible_collections.hy3.fleet.plugins.module_utils import kv_layout, nvml
 from ansible_collections.hy3.fleet.plugins.module_utils.checkpoint import VOCAB_PADDING
-from ansible_collections.hy3.fleet.plugins.module_utils.model_config import VISION_QWEN2, VISION_QWEN3, expert_width
+from ansible_collections.hy3.fleet.plugins.module_utils.model_config import (
+    VISION_QWEN2, VISION_QWEN3, expert_width, mlp_matrices, moe_layer_count)
 
 GIB = 1024 ** 3
 MIB = 1024 ** 2
@@ -439,6 +440,8 @@ CONFIG_SETTINGS = {"enable-prefix-caching": "enable_prefix_caching", "mamba-ssm-
                    "language-model-only": "language_model_only", "skip-mm-profiling": "skip_mm_profiling",
                    "attention-backend": "attention_backend", "disable-custom-all-reduce": "disable_custom_all_reduce",
                    "enable-extensible-kv-cache": "extensible_kv_cache"}
+# Modelled options newer than some engines, which refuse them as unknown arguments.
+CONFIG_SINCE = {"enable-extensible-kv-cache": EXTENSIBLE_KV_CACHE_SINCE}
 BOOLEAN_CONFIG = ("enable-prefix-caching", "async-scheduling", "language-model-only", "skip-mm-profiling",
                   "disable-custom-all-reduce", "enable-extensible-kv-cache")
 # Of those, the flags the engine leaves off by default: false is its default, not a setting of the run's.
@@ -488,6 +491,9 @@ def config_settings(config, version=None):
         if flag in CONFIG_OWNED:
             problems.append("%s is set by the collection (%s): set that, not the engine's further config"
                             % (raw, CONFIG_OWNED[flag]))
+        elif flag in CONFIG_SINCE and engine_version(version) < CONFIG_SINCE[flag]:
+            problems.append("%s is an option of vLLM %s and later, not of %s"
+                            % (raw, ".".join(map(str, CONFIG_SINCE[flag])), version))
         elif flag in CONFIG_SETTINGS:
             parsed = _config_value(flag, value, negated, false_honoured)
             if parsed is None:
@@ -534,6 +540,8 @@ def overhead_config_key(settings, profile=None):
         parts.append("encoder=%s:%dx%d" % batch)
     if _indexer_shape(profile or {}) and settings.get("max_model_len"):
         parts.append("indexer=%d" % settings["max_model_len"])      # its buffers follow max_model_len by GiB
+    if settings.get("extensible_kv_cache") is False and _version(settings) >= EXTENSIBLE_KV_CACHE_SINCE:
+        parts.append("extensible_kv_cache=off")     # sized from the profile alone, with no warm-up measurement
     return ",".join(parts)
 
 
@@ -885,6 +893,8 @@ ENVIRONMENT_SETTINGS = {
     "VLLM_USE_V2_MODEL_RUNNER": ("model_runner_v2", (0, 12, 0), MODEL_RUNNER_V1_REMOVED_SINCE),
 }
 INVERTED_ENVIRONMENT = ("VLLM_USE_V1",)
+# Read as vLLM reads them: on for the text "1" alone, and set at all (to anything) it replaces the engine's own choice.
+EXACT_ONE_ENVIRONMENT = ("VLLM_USE_BREAKABLE_CUDAGRAPH",)
 
 
 def environment_settings(version, environment):
@@ -895,8 +905,15 @@ def environment_settings(version, environment):
     settings, honoured = {}, []
     for name in sorted(ENVIRONMENT_SETTINGS):
         setting, first, last = ENVIRONMENT_SETTINGS[name]
-        value = _integer((environment or {}).get(name))
-        if value is None or not in_releases(version, first, last):
+        raw = (environment or {}).get(name)
+        if raw is None or not in_releases(version, first, last):
+            continue
+        if name in EXACT_ONE_ENVIRONMENT:
+            settings[setting] = str(raw) == "1"
+            honoured.append("%s=%s" % (name, raw))
+            continue
+        value = _integer(raw)
+        if value is None:
             continue
         settings[setting] = (value == 0) if name in INVERTED_ENVIRONMENT else (value != 0)
         honoured.append("%s=%d" % (name, value))
@@ -1148,8 +1165,10 @@ PACKED_KV_GROUPS_SINCE = (0, 32, 0)
 # FlashInfer and FlexAttention (model_executor/layers/attention/attention.py get_kv_cache_spec,
 # _largest_kernel_block_within; absent in 0.24.0). Page unification then grows it by the ratio to the largest page,
 # or pads its page where the ratio is not whole (Gemma 4 at --block-size 48: a third of its sliding pages empty).
-# From 0.30 the kernel block is chosen within the page --block-size gives the layer's own bytes a token, which is
-# --block-size itself on those backends (their blocks are multiples of 16), so a sliding layer starts there again.
+# From 0.30 the kernel block is chosen within the page --block-size gives the layer's own bytes a token: --block-size
+# itself on Triton, FlashAttention and FlexAttention (any multiple of 16), so a sliding layer starts there again;
+# FlashInfer's fixed 16 / 32 / 64 give the largest within it, which is --block-size at the defaults (16, and 64 from
+# 0.34), not at others (48 takes 32; not modelled).
 SLIDING_OWN_BLOCK = ((0, 25, 0), (0, 30, 0))
 SLIDING_KERNEL_BLOCK = 16
 
@@ -1211,21 +1230,53 @@ def moe_backend(profile, settings):
 # experts/trtllm_bf16_moe.py, read in the wheels of 0.23.0 - 0.34.0; releases before are taken as Triton). FlashInfer
 # CUTLASS, next on SM 12.x, is not modelled for bf16 experts: Triton's buffers stand for it there.
 UNQUANTIZED_FLASHINFER_SINCE = (0, 23, 0)
-# From 0.29 the TRT-LLM kernel's gated experts are padded to a multiple of 128 of each rank's width (0.24 - 0.28
-# padded non-gated ones alone; 0.31 pads before allocating): weights beyond the checkpoint's bytes
-# (oracle/unquantized.py convert_to_unquantized_kernel_format / unquantized_round_up_hidden_size_and_intermediate_size).
-UNQUANTIZED_TRTLLM_PADDED_SINCE = (0, 29, 0)
+# The TRT-LLM bf16 kernel vLLM takes first, under plain tensor or expert parallelism (its monolithic form; the modular
+# one needs all-to-all kernels), runs gated SiLU experts, and from 0.24 ungated squared-ReLU ones
+# (experts/trtllm_bf16_moe.py _supports_activation), behind the routers vLLM names DeepSeekV3, Llama4, Renormalize,
+# RenormalizeNaive, SigmoidRenorm and Sigmoid, MiniMax2 from 0.33 (_supports_routing_method; the names from
+# fused_moe/config.py get_routing_method_type: a softmax router must renormalize, an expert bias needs a sigmoid, a
+# renormalizing router and expert groups, or else a unit scaling factor, which is MiniMax2), and without EPLB.
+TRTLLM_BF16_UNGATED_SINCE = (0, 24, 0)
+TRTLLM_BF16_MINIMAX2_ROUTING_SINCE = (0, 33, 0)
+# The TRT-LLM kernel pads each rank's expert width to a multiple of 128: ungated experts from 0.24, gated ones from
+# 0.29 (0.31 pads before allocating), weights beyond the checkpoint's bytes (oracle/unquantized.py
+# convert_to_unquantized_kernel_format / unquantized_round_up_hidden_size_and_intermediate_size).
+UNQUANTIZED_TRTLLM_PADDED_SINCE = {"gated": (0, 29, 0), "ungated": TRTLLM_BF16_UNGATED_SINCE}
 UNQUANTIZED_TRTLLM_WIDTH_ALIGN = 128
+GATED_SILU_ACTIVATIONS = (None, "silu", "swiglu")
 
 
 def _unquantized_moe_backend(profile, settings):
-    """MOE_OTHER where FlashInfer's TRT-LLM kernels run bf16 experts (UNQUANTIZED_FLASHINFER_SINCE, SM 10.x, not
-    gpt-oss), else MOE_TRITON."""
+    """MOE_OTHER where FlashInfer's TRT-LLM kernels run bf16 experts (UNQUANTIZED_FLASHINFER_SINCE, SM 10.x, and
+    _trtllm_bf16_takes), else MOE_TRITON."""
     capability = _capability(settings)
     if (capability is not None and capability[0] == 10 and _version(settings) >= UNQUANTIZED_FLASHINFER_SINCE
-            and profile.get("model_type") != "gpt_oss"):
+            and not settings.get("enable_eplb") and _trtllm_bf16_takes(profile, _version(settings))):
         return MOE_OTHER
     return MOE_TRITON
+
+
+def _trtllm_bf16_takes(profile, version):
+    """Whether the TRT-LLM bf16 kernel takes this model's experts: their activation and router (see
+    TRTLLM_BF16_UNGATED_SINCE)."""
+    if mlp_matrices(profile) == 2:
+        if profile.get("mlp_activation") != "relu2" or version < TRTLLM_BF16_UNGATED_SINCE:
+            return False
+    elif profile.get("mlp_activation") not in GATED_SILU_ACTIVATIONS or profile.get("model_type") == "gpt_oss":
+        return False
+    router = (_moe(profile) or {}).get("router") or {}
+    scoring = router.get("scoring", "softmax")
+    if scoring == "softmax":
+        return router.get("renormalize", True) and not router.get("bias")
+    if scoring != "sigmoid":
+        return False
+    if not router.get("bias"):
+        return True
+    if not router.get("renormalize", True):
+        return False
+    if router.get("groups"):
+        return True
+    return router.get("scaling") in (None, 1.0) and version >= TRTLLM_BF16_MINIMAX2_ROUTING_SINCE
 
 
 def _fp8_experts(profile):
@@ -1322,13 +1373,15 @@ def expert_padding_bytes(profile, tp, settings, bits_per_weight):
         align = MXFP4_WIDTH_ALIGN.get(moe_backend(profile, settings), MXFP4_WIDTH_ALIGN_DEFAULT)
         extra = _round_up(hidden, MXFP4_HIDDEN_ALIGN) * _round_up(width, align) - hidden * width
     elif (not quantized_experts(profile, settings) and moe_backend(profile, settings) == MOE_OTHER
-            and _version(settings) >= UNQUANTIZED_TRTLLM_PADDED_SINCE):
-        extra = hidden * (_round_up(width, UNQUANTIZED_TRTLLM_WIDTH_ALIGN) - width)
+            and _version(settings) >= UNQUANTIZED_TRTLLM_PADDED_SINCE[
+                "ungated" if mlp_matrices(profile) == 2 else "gated"]):
+        # at the experts' own width (a latent MoE's latent), each of its matrices, on its MoE layers alone
+        extra = expert_width(profile) * (_round_up(width, UNQUANTIZED_TRTLLM_WIDTH_ALIGN) - width)
     else:
         return 0
     experts = moe["num_experts"] // (tp if settings.get("expert_parallel") else 1)
-    layers = profile["num_hidden_layers"] - len(moe.get("dense_layers") or [])
-    return int(3 * extra * experts * max(0, layers) * bits_per_weight / 8)
+    return int(mlp_matrices(profile) * extra * experts * moe_layer_count(profile)
+               * bits_per_weight / 8)
 
 
 # Device memory already in use when an engine takes its first snapshot (its CUDA context; under tensor
@@ -2029,15 +2082,20 @@ INDEXER_ENTRIES_PER_TOKEN = {"kept": 40, "per_call": 2}
 INDEXER_SCALE_BYTES = 4
 INDEXER_CALL_COPIES = 2          # 0.11 - 0.12: the entries and their contiguous copy
 INDEXER_LOGITS_BYTES = 512 * 1024 * 1024
-# From 0.34 the stand-in is the larger of that and one decode step's fp32 logits: min(max_num_seqs,
-# max_num_batched_tokens) x (1 + speculative tokens) rows over the indexed positions, each row padded to the KV split
-# and the 1024-byte stride (768 positions on SM 10.x, 256 elsewhere); SM 10.x chunks decode within
-# VLLM_SPARSE_INDEXER_MAX_DECODE_LOGITS_MB, 2048 (sparse_attn_indexer.py, 0.34.0; a top-k of 512 - 2048 taken, as
-# DeepSeek-V3.2, GLM-5 and V4 have; 0.29 - 0.33 still 512 MiB alone).
+# From 0.34 the stand-in is the larger of that budget (in fp32 elements, each taking its logits' bytes and an fp32
+# copy's where the logits are not fp32) and one decode step's logits: min(max_num_seqs, max_num_batched_tokens) x
+# (1 + speculative tokens) rows over the indexed positions, each row padded to the KV split (384 positions on SM 10.x,
+# 256 elsewhere) and the 1024-byte stride; SM 10.x chunks decode within VLLM_SPARSE_INDEXER_MAX_DECODE_LOGITS_MB
+# (2048), read in place. The logits are fp32 but for DeepSeek-V3.2 and V4 on SM 10.x, whose MQA kernels reduce in bf16
+# (sparse_attn_indexer.py, models/config.py _set_deepseek_indexer_logits_dtype, 0.34.0; 0.29 - 0.33 still 512 MiB
+# alone). Taken as vLLM's defaults have it: no context parallelism, the auto top-k backend, a top-k of 512 - 2048.
 INDEXER_DECODE_LOGITS_SINCE = (0, 34, 0)
-INDEXER_DECODE_ROW_ALIGN = {10: 768}
-INDEXER_DECODE_ROW_ALIGN_OTHER = 256
+INDEXER_KV_SPLIT = {10: 384}
+INDEXER_KV_SPLIT_OTHER = 256
+INDEXER_ROW_STRIDE_BYTES = 1024
 INDEXER_DECODE_CHUNK_BYTES = 2048 * 1024 * 1024
+INDEXER_BF16_LOGITS_ARCHITECTURES = ("DeepseekV32ForCausalLM", "DeepseekV4ForCausalLM",
+                                     "DeepseekV4ForConditionalGeneration")
 # Hopper's FlashMLA sparse backend, which runs a packed fp8_ds_mla cache there, reserves its bf16 prefill workspace
 # (5 x max_model_len latents) and its query buffer (max_num_batched_tokens x the rank's heads) in the same manager
 # while the model is built, inside "Model loading took"; its views keep that buffer alive, so a larger request in the
@@ -2069,22 +2127,35 @@ def indexer_workspace_parts(profile, settings):
     version = _version(settings)
     if version < INDEXER_WORKSPACE_KEPT_SINCE:
         return 0, INDEXER_CALL_COPIES * entry * INDEXER_ENTRIES_PER_TOKEN["per_call"] * positions
-    logits = INDEXER_LOGITS_BYTES if version >= INDEXER_LOGITS_RESERVED_SINCE else 0
-    if version >= INDEXER_DECODE_LOGITS_SINCE:
-        logits = max(logits, indexer_decode_step_logits_bytes(positions, settings))
-    return entry * INDEXER_ENTRIES_PER_TOKEN["kept"] * positions, logits
+    kept = entry * INDEXER_ENTRIES_PER_TOKEN["kept"] * positions
+    if version < INDEXER_LOGITS_RESERVED_SINCE:
+        return kept, 0
+    if version < INDEXER_DECODE_LOGITS_SINCE:
+        return kept, INDEXER_LOGITS_BYTES
+    return kept, indexer_logits_standin_bytes(profile, positions, settings)
 
 
-def indexer_decode_step_logits_bytes(positions, settings):
-    """One decode step's fp32 indexer logits over ``positions`` keys, as 0.34's dummy run reserves them (see
-    INDEXER_DECODE_LOGITS_SINCE)."""
-    major = (gpu_capability(settings.get("gpu_name")) or (0,))[0]
+def indexer_logits_standin_bytes(profile, positions, settings):
+    """What 0.34's dummy run allocates for the indexer's logits over ``positions`` keys (INDEXER_DECODE_LOGITS_SINCE):
+    the larger of the prefill budget and one decode step's rows; the budget alone without max_num_seqs or
+    max_num_batched_tokens."""
+    major = (_capability(settings) or (0,))[0]
+    logit = 2 if major == 10 and profile.get("architecture") in INDEXER_BF16_LOGITS_ARCHITECTURES else INDEXER_LOGIT_BYTES
+    copy = 0 if logit == INDEXER_LOGIT_BYTES else INDEXER_LOGIT_BYTES
+    prefill = INDEXER_LOGITS_BYTES // INDEXER_LOGIT_BYTES * (logit + copy)
+    seqs, batched = settings.get("max_num_seqs"), settings.get("max_num_batched_tokens")
+    if not (seqs and batched and positions > 0):
+        return prefill
     drafts = (settings.get("num_speculative_tokens") or 0) if speculative_method(settings) else 0
-    rows = min(settings["max_num_seqs"], settings["max_num_batched_tokens"]) * (1 + drafts)
-    if major in INDEXER_DECODE_ROW_ALIGN:
-        rows = min(rows, INDEXER_DECODE_CHUNK_BYTES // (INDEXER_LOGIT_BYTES * positions))
-    padded = _round_up(positions, INDEXER_DECODE_ROW_ALIGN.get(major, INDEXER_DECODE_ROW_ALIGN_OTHER))
-    return rows * padded * INDEXER_LOGIT_BYTES
+    rows = min(seqs, batched) * (1 + drafts)
+    if major in INDEXER_KV_SPLIT:          # chunked within the decode budget, read in place: no fp32 copy
+        rows, copy = min(rows, INDEXER_DECODE_CHUNK_BYTES // (logit * positions)), 0
+    align = _lcm(INDEXER_KV_SPLIT.get(major, INDEXER_KV_SPLIT_OTHER), INDEXER_ROW_STRIDE_BYTES // logit)
+    return max(prefill, rows * _round_up(positions, align) * (logit + copy))
+
+
+def _lcm(a, b):
+    return a * b // math.gcd(a, b)
 
 
 def sparse_mla_load_workspace_bytes(profile, tp, settings):

@@ -556,7 +556,22 @@ def _moe(reader, layers):
         # Nemotron-3-Super: the routed experts run in a latent this wide, projected from and back to hidden_size
         # (vLLM nemotron_h.py fc1_latent_proj / fc2_latent_proj); None: they run at hidden_size
         "latent_size": reader.config.get("moe_latent_size") or None,
+        "router": _router(reader),
     }
+
+
+def _router(reader):
+    """How the router scores and picks experts, as vLLM's MoE layers take it from config.json (scoring_func,
+    norm_topk_prob as renormalize, the expert bias of a noaux_tc router, n_group) and the expert kernel families it
+    allows; "custom" for the families whose model code routes by a function of its own (Gemma 4)."""
+    cfg = reader.config
+    if reader.family_in(("gemma4", "gemma4_text")):
+        return {"scoring": "custom"}
+    return {"scoring": str(cfg.get("scoring_func") or "softmax").lower(),
+            "renormalize": cfg.get("norm_topk_prob") is not False,
+            "bias": cfg.get("topk_method") == "noaux_tc" or bool(cfg.get("moe_router_enable_expert_bias")),
+            "groups": cfg.get("n_group") if isinstance(cfg.get("n_group"), int) else 0,
+            "scaling": cfg.get("routed_scaling_factor")}
 
 
 def _text_index(value):
@@ -1059,7 +1074,7 @@ def shared_expert_params(profile):
     if not moe:
         return 0
     return moe["num_shared_experts"] * gated_mlp_params(profile["hidden_size"], moe["shared_expert_intermediate_size"],
-                                                        _mlp_matrices(profile))
+                                                        mlp_matrices(profile))
 
 
 def dense_layer_indices(profile):
@@ -1074,14 +1089,14 @@ def dense_layer_indices(profile):
     return set(range(profile["num_hidden_layers"]))
 
 
-def _mlp_matrices(profile):
+def mlp_matrices(profile):
     """Weight matrices of one MLP: 2 for an ungated MLP (Nemotron-H's squared ReLU, the UNGATED_MODEL_TYPES
     families), else 3."""
     ungated = profile.get("mlp_activation") in UNGATED_ACTIVATIONS or profile.get("model_type") in UNGATED_MODEL_TYPES
     return 2 if ungated else 3
 
 
-def _moe_layer_count(profile):
+def moe_layer_count(profile):
     mlps = profile.get("mlp_layers")
     if mlps:
         return mlps.count(MLP_MOE)
@@ -1171,7 +1186,7 @@ def moe_layer_params(profile, experts_counted):
 def routed_expert_params(profile, experts):
     """experts routed experts of one MoE layer, at the experts' width (expert_width)."""
     return experts * gated_mlp_params(expert_width(profile), profile["moe"]["moe_intermediate_size"],
-                                      _mlp_matrices(profile))
+                                      mlp_matrices(profile))
 
 
 def router_params(profile):
@@ -1182,7 +1197,7 @@ def router_params(profile):
 def dense_mlp_params(profile, dense_layers):
     """Every dense MLP: intermediate_size wide on each dense layer, or each layer's own width (DeciLM's mlp_sizes,
     0 where the layer has none)."""
-    matrices = _mlp_matrices(profile)
+    matrices = mlp_matrices(profile)
     sizes = profile.get("mlp_sizes")
     if sizes:
         return sum(gated_mlp_params(profile["hidden_size"], size, matrices) for size in sizes)
@@ -1202,14 +1217,14 @@ def count_params(profile):
     mixers, attention = mixer_params(profile)
     moe = profile.get("moe")
     dense_layers = dense_layer_indices(profile)
-    moe_layers = _moe_layer_count(profile)
+    moe_layers = moe_layer_count(profile)
     dense_mlp = dense_mlp_params(profile, dense_layers)
     norms = 2 * hidden * layers + hidden
     common = embedding + norms + mixers + dense_mlp
     total = common + vision + (moe_layers * moe_layer_params(profile, moe["num_experts"]) if moe else 0)
     active = common + (moe_layers * moe_layer_params(profile, moe["num_experts_per_tok"]) if moe else 0)
     mtp_mlp = (moe_layer_params(profile, moe["num_experts"]) if moe
-               else gated_mlp_params(hidden, profile["intermediate_size"], _mlp_matrices(profile)))
+               else gated_mlp_params(hidden, profile["intermediate_size"], mlp_matrices(profile)))
     mtp_layer = attention_params(profile) + mtp_mlp + 2 * hidden * hidden + 5 * hidden   # + eh_proj; 2 layer + 3 mtp norms
     replicated = _replicated_attention_params(profile)
     return {"total": total, "active": active, "embedding": embedding, "attention": attention,

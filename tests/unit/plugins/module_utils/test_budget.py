@@ -593,6 +593,18 @@ def test_v0_34_without_the_extensible_cache_sizes_it_at_the_older_default():
     resolved, utilization, seqs = budget.resolve_engine(dict(engine, kv_cache_memory_bytes=GIB), gpus(8, 140), None,
                                                         None)
     assert not resolved["extensible_kv_cache"] and utilization == 0.92 and seqs == 1024
+    with pytest.raises(budget.BudgetInputError, match="refuses the two together"):
+        plan(HY3, [tier("fp8")], gpus(8, 140), max_model_len=32768, max_num_seqs=16,
+             engine=dict(engine, extensible_kv_cache=True, kv_cache_memory_bytes=GIB))
+    # an engine before 0.34 has neither the cache nor the option
+    resolved, utilization, seqs = budget.resolve_engine(dict(engine, version="0.33.0", extensible_kv_cache=True),
+                                                        gpus(8, 140), None, None)
+    assert resolved["extensible_kv_cache"] is False and utilization == 0.92
+    _, problems, _ = engine_memory.config_settings({"enable-extensible-kv-cache": False}, "0.33.0")
+    assert problems and "0.34" in problems[0]
+    # the calibration key tells a cache sized without the warm-up measurement
+    assert "extensible_kv_cache=off" in off["calibration_fields"]["engine_config"]
+    assert "extensible" not in on["calibration_fields"]["engine_config"]
 
 
 def test_sm100_captures_more_and_larger_graphs():

@@ -134,7 +134,8 @@ def test_hy3_reads_every_field_and_counts_295_21_3_8():
     assert p["max_position_embeddings"] == 262144 and p["mla"] is None and p["quantization"] is None
     assert p["moe"] == {"num_experts": 192, "num_experts_per_tok": 8, "num_shared_experts": 1,
                         "moe_intermediate_size": 1536, "shared_expert_intermediate_size": 1536, "dense_layers": [0],
-                        "latent_size": None}
+                        "latent_size": None, "router": {"scoring": "softmax", "renormalize": True, "bias": False,
+                                                        "groups": 0, "scaling": None}}
     assert p["layer_types"] == ["full_attention"] * 80 and p["sliding_window"] is None
     params = p["params"]
     # the note's arithmetic: attention 80 x 75.5M, 79 MoE layers x (193 experts x 18.9M + router),
@@ -286,7 +287,8 @@ def test_mixtral_expert_size_is_intermediate_size_and_has_no_shared_expert():
     moe = model_profile(MIXTRAL_8X7B)["moe"]
     assert moe == {"num_experts": 8, "num_experts_per_tok": 2, "num_shared_experts": 0,
                    "moe_intermediate_size": 14336, "shared_expert_intermediate_size": 0, "dense_layers": [],
-                   "latent_size": None}
+                   "latent_size": None, "router": {"scoring": "softmax", "renormalize": True, "bias": False,
+                                                   "groups": 0, "scaling": None}}
 
 
 def test_qwen_moe_spellings():
@@ -357,6 +359,10 @@ def test_bf16_experts_on_sm100_run_trtllm_kernels_padded_to_128_wide():
         assert engine_memory.expert_padding_bytes(p, 4, other, 16) == 0
     assert engine_memory.moe_backend(model_profile(dict(GPT_OSS_20B, quantization_config=None)), b200) == \
         engine_memory.MOE_TRITON
+    # the first release that routes them so, and SM 10.x alone (SM 12.x takes FlashInfer CUTLASS, not modelled)
+    assert engine_memory.moe_backend(p, dict(b200, version="0.23.0")) == engine_memory.MOE_OTHER
+    assert engine_memory.moe_backend(p, dict(b200, gpu_name="NVIDIA GeForce RTX 5090")) == engine_memory.MOE_TRITON
+    assert engine_memory.moe_backend(p, dict(b200, enable_eplb=True)) == engine_memory.MOE_TRITON
     # TRT-LLM's buffers live inside each call: the experts' workspace is per call there, kept on Triton
     settings = dict(b200, max_num_batched_tokens=8192)
     assert engine_memory.expert_workspace_parts(p, 4, settings)[0] == 0
@@ -990,9 +996,16 @@ def test_breakable_cuda_graphs_compile_nothing_so_no_cold_compile_is_charged():
     opted_in = dict(settings, **engine_memory.engine_environment("0.33.0", {"VLLM_USE_BREAKABLE_CUDAGRAPH": "1"}))
     assert engine_memory.cold_compile_bytes(llama, 1, opted_in) == 0
     # the release that lists an architecture first, and no breakable graphs before 0.23
-    glm5 = model_profile(dict(LLAMA_31_8B, architectures=["GlmMoeDsaForCausalLM"]))
-    assert [engine_memory.breakable_cudagraphs(glm5, {"version": v}) for v in ("0.28.0", "0.29.0")] == [False, True]
+    for architecture, first, before in (("GlmMoeDsaForCausalLM", "0.29.0", "0.28.0"),
+                                        ("DeepseekV4ForCausalLM", "0.23.0", "0.22.0"),
+                                        ("Step5ForCausalLM", "0.33.0", "0.32.0")):
+        listed = model_profile(dict(LLAMA_31_8B, architectures=[architecture]))
+        assert [engine_memory.breakable_cudagraphs(listed, {"version": v}) for v in (before, first)] == [False, True]
     assert not engine_memory.breakable_cudagraphs(llama, dict(opted_in, version="0.22.0"))
+    # vLLM reads the variable as the text "1" alone, and any value replaces its list
+    for value in ("2", "true", ""):
+        set_so = dict(on_034, **engine_memory.engine_environment("0.34.0", {"VLLM_USE_BREAKABLE_CUDAGRAPH": value}))
+        assert not engine_memory.breakable_cudagraphs(qwen35, set_so)
 
 
 def test_a_forced_v1_runner_keeps_the_cold_compile_segment():
@@ -1012,6 +1025,7 @@ def test_a_forced_v1_runner_keeps_the_cold_compile_segment():
 
     assert kept(v1) == table
     # V2's sampler keeps nothing there; V1's cold compile shows from 0.29; no sampler on an earlier stage; no compile
+    assert kept(dict(v1, version="0.30.0")) == table
     # 0.31 profiles under a 20 MiB split limit, which leaves the freed table's block whole and releasable
     for off in (settings, dict(v1, version="0.28.0"), dict(v1, last_pp_stage=False), dict(v1, enforce_eager=True),
                 dict(v1, version="0.31.0")):
@@ -1238,3 +1252,33 @@ def test_odd_field_shapes_read_or_fail_plainly():
     assert bare["model_type"] == "qwen3_moe"
     odd = model_profile(dict(LLAMA_31_8B, num_hidden_layers=2, layer_types=["full_attention", "hyper_attention"]))
     assert any("hyper_attention" in w for w in odd["warnings"])
+
+
+@pytest.mark.parametrize("config, version, takes", [
+    (DEEPSEEK_V3, "0.29.0", True),              # sigmoid, expert bias, groups, renormalized: DeepSeekV3
+    (QWEN2_57B_A14B, "0.29.0", False),          # softmax without renormalization: vLLM's Default routing
+    (GEMMA4_26B_A4B, "0.29.0", False),          # a routing function of its own, and gated GELU
+    (dict(DEEPSEEK_V3, n_group=None), "0.32.0", False),    # bias without groups: MiniMax2, taken from 0.33
+    (dict(DEEPSEEK_V3, n_group=None, routed_scaling_factor=1.0), "0.33.0", True),
+    (dict(DEEPSEEK_V3, norm_topk_prob=False), "0.29.0", False),
+    (dict(DEEPSEEK_V3, topk_method="greedy", scoring_func="sigmoid"), "0.29.0", True),    # Sigmoid(Renorm)
+    (dict(DEEPSEEK_V3, scoring_func="sqrtsoftplus"), "0.29.0", False),                  # DeepSeek-V4's
+    (NEMOTRON_3_SUPER, "0.24.0", True), (NEMOTRON_3_SUPER, "0.23.0", False),          # ungated relu2 from 0.24
+])
+def test_the_trtllm_bf16_kernel_takes_only_the_routers_and_activations_it_runs(config, version, takes):
+    """experts/trtllm_bf16_moe.py _supports_activation / _supports_routing_method, the routing names from
+    fused_moe/config.py get_routing_method_type; vLLM falls to the next backend otherwise."""
+    from ansible_collections.hy3.fleet.plugins.module_utils import engine_memory
+    p = model_profile(dict(config, quantization_config=None))
+    expected = engine_memory.MOE_OTHER if takes else engine_memory.MOE_TRITON
+    assert engine_memory.moe_backend(p, {"gpu_name": "NVIDIA B200", "version": version}) == expected
+
+
+def test_trtllm_padding_is_at_the_experts_width_on_their_own_layers_and_matrices():
+    """Nemotron-3-Super bf16 at TP 4 on a B200: a 1024-wide latent, two ungated matrices, 40 MoE layers of 88; each
+    rank's 672 columns grow to 768 (ungated experts are padded from 0.24)."""
+    from ansible_collections.hy3.fleet.plugins.module_utils import engine_memory
+    p = model_profile(NEMOTRON_3_SUPER)
+    settings = {"gpu_name": "NVIDIA B200", "version": "0.24.0"}
+    assert engine_memory.expert_padding_bytes(p, 4, settings, 16) == 1024 * (768 - 672) * 2 * 512 * 40 * 2
+    assert engine_memory.expert_padding_bytes(p, 4, dict(settings, version="0.23.0"), 16) == 0

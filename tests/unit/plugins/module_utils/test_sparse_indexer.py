@@ -52,6 +52,29 @@ def test_from_0_34_the_logits_stand_in_covers_one_decode_step():
     # a short context or few requests leave the prefill budget the larger; 0.33 reserves that alone
     assert engine_memory.indexer_workspace_parts(GLM52, dict(hopper, max_num_seqs=64))[1] == 512 * MIB
     assert engine_memory.indexer_workspace_parts(GLM52, dict(mtp, version="0.33.0"))[1] == 512 * MIB
+    # rows are the smaller of the requests and the batch; a row pads to 256 positions on Hopper
+    odd = dict(hopper, max_model_len=200001, max_num_batched_tokens=768)
+    assert engine_memory.indexer_workspace_parts(GLM52, odd)[1] == 768 * (-(-200001 // 256) * 256) * 4
+
+
+def test_deepseek_v32_s_bf16_indexer_logits_on_sm100_from_0_34():
+    """DeepSeek-V3.2 and V4 take bf16 indexer logits on SM 10.x (models/config.py
+    _set_deepseek_indexer_logits_dtype): rows pad to lcm(384, 512) = 1536 positions, two bytes each, chunked within
+    2 GiB; the prefill budget takes its bf16 logits and their fp32 copy, 768 MiB. GLM-5 keeps fp32."""
+    v32 = dict(GLM52, architecture="DeepseekV32ForCausalLM")
+    blackwell = engine("0.34.0", gpu_name="NVIDIA B200", max_model_len=163840)
+    padded = -(-163840 // 1536) * 1536
+    assert engine_memory.indexer_workspace_parts(v32, blackwell)[1] == max(768 * MIB, 1024 * padded * 2)
+    assert engine_memory.indexer_workspace_parts(v32, dict(blackwell, max_num_seqs=8))[1] == 768 * MIB
+    mtp = dict(blackwell, speculative_method="mtp", num_speculative_tokens=3)
+    assert engine_memory.indexer_workspace_parts(v32, mtp)[1] == 4096 * padded * 2
+    many = dict(mtp, max_num_seqs=2048, max_num_batched_tokens=16384)          # 8192 rows, beyond the 2 GiB chunk
+    assert engine_memory.indexer_workspace_parts(v32, many)[1] == (2048 * MIB // (2 * 163840)) * padded * 2
+    glm = -(-163840 // 768) * 768
+    assert engine_memory.indexer_workspace_parts(GLM52, blackwell)[1] == 1024 * glm * 4
+    # without the batch settings the prefill budget alone; no positions, no rows
+    assert engine_memory.indexer_logits_standin_bytes(v32, 163840, {"gpu_name": "NVIDIA B200"}) == 768 * MIB
+    assert engine_memory.indexer_logits_standin_bytes(GLM52, 0, blackwell) == 512 * MIB
 
 
 def test_models_without_an_indexer_reserve_nothing_and_v4_divides_by_its_compress_ratio():
