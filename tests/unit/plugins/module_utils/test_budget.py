@@ -600,8 +600,8 @@ def test_v0_34_without_the_extensible_cache_sizes_it_at_the_older_default():
     resolved, utilization, seqs = budget.resolve_engine(dict(engine, version="0.33.0", extensible_kv_cache=True),
                                                         gpus(8, 140), None, None)
     assert resolved["extensible_kv_cache"] is False and utilization == 0.92
-    _, problems, _ = engine_memory.config_settings({"enable-extensible-kv-cache": False}, "0.33.0")
-    assert problems and "0.34" in problems[0]
+    refused = engine_memory.config_settings({"enable-extensible-kv-cache": False}, "0.33.0")
+    assert not refused[0] and refused[1] and "0.34" in refused[1][0]
     # the calibration key tells a cache sized without the warm-up measurement
     assert "extensible_kv_cache=off" in off["calibration_fields"]["engine_config"]
     assert "extensible" not in on["calibration_fields"]["engine_config"]
