@@ -464,7 +464,7 @@ CONFIG_OWNED = {
     "master-addr": "hy3_node_address", "master-port": "hy3_node_group_port", "headless": "hy3_node_group"}
 # Keys (and dotted sub-keys of them) that move the engine's memory in ways the budget does not model: said, not
 # refused, and named in the calibration key (unmodelled_config) so that only engines run with them calibrate each other.
-CONFIG_NOT_MODELLED = ("kv-transfer-config", "compilation-config", "cpu-offload-gb",
+CONFIG_NOT_MODELLED = ("kv-transfer-config", "compilation-config", "cpu-offload-gb", "enable-eplb", "eplb-config",
                        "num-gpu-blocks-override", "mm-processor-kwargs", "mm-encoder-tp-mode", "mamba-cache-dtype", "mamba-cache-mode",
                        "mamba-block-size", "use-replayssm", "disable-hybrid-kv-cache-manager",
                        "data-parallel-size", "hf-overrides", "enable-lora", "lora-modules", "max-loras", "max-lora-rank")
@@ -1235,7 +1235,8 @@ UNQUANTIZED_FLASHINFER_SINCE = (0, 23, 0)
 # (experts/trtllm_bf16_moe.py _supports_activation), behind the routers vLLM names DeepSeekV3, Llama4, Renormalize,
 # RenormalizeNaive, SigmoidRenorm and Sigmoid, MiniMax2 from 0.33 (_supports_routing_method; the names from
 # fused_moe/config.py get_routing_method_type: a softmax router must renormalize, an expert bias needs a sigmoid, a
-# renormalizing router and expert groups, or else a unit scaling factor, which is MiniMax2), and without EPLB.
+# renormalizing router and expert groups, or else a unit scaling factor, which is MiniMax2). EPLB demotes it too; EPLB
+# is an engine option the budget does not model (CONFIG_NOT_MODELLED: warned, and named in the calibration key).
 TRTLLM_BF16_UNGATED_SINCE = (0, 24, 0)
 TRTLLM_BF16_MINIMAX2_ROUTING_SINCE = (0, 33, 0)
 # The TRT-LLM kernel pads each rank's expert width to a multiple of 128: ungated experts from 0.24, gated ones from
@@ -1251,7 +1252,7 @@ def _unquantized_moe_backend(profile, settings):
     _trtllm_bf16_takes), else MOE_TRITON."""
     capability = _capability(settings)
     if (capability is not None and capability[0] == 10 and _version(settings) >= UNQUANTIZED_FLASHINFER_SINCE
-            and not settings.get("enable_eplb") and _trtllm_bf16_takes(profile, _version(settings))):
+            and _trtllm_bf16_takes(profile, _version(settings))):
         return MOE_OTHER
     return MOE_TRITON
 

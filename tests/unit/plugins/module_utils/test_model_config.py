@@ -362,7 +362,9 @@ def test_bf16_experts_on_sm100_run_trtllm_kernels_padded_to_128_wide():
     # the first release that routes them so, and SM 10.x alone (SM 12.x takes FlashInfer CUTLASS, not modelled)
     assert engine_memory.moe_backend(p, dict(b200, version="0.23.0")) == engine_memory.MOE_OTHER
     assert engine_memory.moe_backend(p, dict(b200, gpu_name="NVIDIA GeForce RTX 5090")) == engine_memory.MOE_TRITON
-    assert engine_memory.moe_backend(p, dict(b200, enable_eplb=True)) == engine_memory.MOE_TRITON
+    # EPLB (which demotes the kernel) is an option the budget does not model: said, and keyed apart
+    warned = engine_memory.config_settings({"enable-eplb": True}, "0.29.0")
+    assert warned[0] == {"unmodelled_config": {"enable-eplb": "True"}} and "enable-eplb" in warned[2][0]
     # TRT-LLM's buffers live inside each call: the experts' workspace is per call there, kept on Triton
     settings = dict(b200, max_num_batched_tokens=8192)
     assert engine_memory.expert_workspace_parts(p, 4, settings)[0] == 0
