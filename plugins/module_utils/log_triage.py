@@ -89,7 +89,7 @@ WEIGHTS_GIB = re.compile(r"Model loading took ([\d.]+) GiB")
 CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 CUDAGRAPH_ESTIMATE = re.compile(r"Estimated CUDA graph memory: ([\d.]+) GiB")
 # Model runner V2 (the default from 0.29, the only runner in 0.34) prints no estimate line of its own; the worker
-# restates the estimate beside the pool it captured (v1/worker/gpu_worker.py compile_or_warm_up_model, 0.26 - 0.34).
+# restates the estimate beside the pool it captured (v1/worker/gpu_worker.py compile_or_warm_up_model, 0.23 - 0.34).
 CUDAGRAPH_POOL = re.compile(r"CUDA graph pool memory: -?[\d.]+ GiB \(actual\), ([\d.]+) GiB \(estimated\)")
 GRAPH_CAPTURE = re.compile(r"Graph capturing finished in [\d.]+ secs?, took (-?[\d.]+) GiB")
 ENGINE_VERSION = re.compile(r"(?:LLM engine \(v|API server version |\bversion )(\d+\.\d+[\w.+-]*)")

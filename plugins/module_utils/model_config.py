@@ -562,8 +562,9 @@ def _moe(reader, layers):
 
 def _router(reader):
     """How the router scores and picks experts, as vLLM's MoE layers take it from config.json (scoring_func,
-    norm_topk_prob as renormalize, the expert bias of a noaux_tc router, n_group) and the expert kernel families it
-    allows; "custom" for the families whose model code routes by a function of its own (Gemma 4)."""
+    norm_topk_prob as renormalize, the expert bias of a noaux_tc router, n_group, routed_scaling_factor): it decides
+    which expert kernels take the model (engine_memory._trtllm_bf16_takes); "custom" for the families whose model code
+    routes by a function of its own (Gemma 4)."""
     cfg = reader.config
     if reader.family_in(("gemma4", "gemma4_text")):
         return {"scoring": "custom"}
