@@ -653,6 +653,16 @@ def resolve_engine(engine, gpus, desired_utilization, max_num_seqs):
     return resolved, utilization, seqs
 
 
+def with_whole_vision_tower(profile, tiers):
+    """The profile and tiers of an engine that runs the vision tower data-parallel (--mm-encoder-tp-mode data):
+    every rank holds the whole tower (tower_bytes, read from the shard headers, in place of its share)."""
+    tiers = [dict(tier, weight_bytes_per_rank=tier["weight_bytes_per_rank"] - tier["tower_bytes_per_rank"]
+                  + tier["tower_bytes"], tower_bytes_per_rank=tier["tower_bytes"])
+             if tier.get("weight_bytes_per_rank") and tier.get("tower_bytes") is not None
+             and tier.get("tower_bytes_per_rank") is not None else tier for tier in tiers]
+    return dict(profile, vision_replicated=True), tiers
+
+
 def without_vision_tower(profile, tiers):
     """The profile and tiers of an engine that builds no multimodal tower: its parameters out of the counts, its
     tensors (tower_bytes_per_rank, read from the shard headers) out of each tier's measured bytes."""
@@ -691,6 +701,8 @@ def plan(profile, tiers, gpus, gpu_memory_utilization=None, kv_cache_dtype="auto
     tower_skipped = engine_memory.vision_tower_skipped(profile, engine)
     if tower_skipped:
         profile, tiers = without_vision_tower(profile, tiers)
+    elif engine_memory.vision_tower_data_parallel(profile, engine):
+        profile, tiers = with_whole_vision_tower(profile, tiers)
     block_size = block_size or engine_memory.default_block_size(engine["platform"], bool(profile.get("mla")),
                                                                 engine.get("version"))
     validate_request(profile, tiers, gpus, gpu_memory_utilization, kv_cache_dtype, block_size,

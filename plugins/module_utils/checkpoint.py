@@ -244,7 +244,8 @@ def summarize(tensors, num_hidden_layers, tp=1, kv_heads=None, packed_bits=4, se
     params / params_mtp: parameters (quantization side tensors left out, packed int words unpacked);
     data_bytes / mtp_bytes (the files'); bytes_by_dtype; weight_bytes_per_rank / mtp_bytes_per_rank for tp ranks
     as loaded: with served_float_bytes (an unquantized checkpoint's served dtype) its floating tensors at that size
-    (FLOAT_DTYPES); tower_bytes_per_rank, the multimodal tower's part of them (TOWER_TENSORS); weight_dtype (dtype
+    (FLOAT_DTYPES); tower_bytes_per_rank, the multimodal tower's part of them (TOWER_TENSORS), and tower_bytes, the
+    whole tower as loaded (what each rank holds when the engine runs it data-parallel); weight_dtype (dtype
     of most linear-weight bytes, "packed" for GPTQ/AWQ) and its nominal bits (the served dtype's where it casts them).
     MTP tensors are those of layers numbered from num_hidden_layers on (DeepSeek-V3 layout) or under an MTP module
     (mtp_prefixes); their copies of the embedding and LM head are left out (vLLM shares the target's).
@@ -260,7 +261,7 @@ def summarize(tensors, num_hidden_layers, tp=1, kv_heads=None, packed_bits=4, se
                bool(TOWER_TENSORS.match(name)))
         groups[key] = groups.get(key, 0) + 1
     main, mtp = dict(params=0, bytes=0, per_rank=0), dict(params=0, bytes=0, per_rank=0)
-    by_dtype, linear_bytes, tower_per_rank = {}, {}, 0
+    by_dtype, linear_bytes, tower_per_rank, tower_whole = {}, {}, 0, 0
     for (tail, dtype, nbytes, count, rows, matrix, in_mtp, in_tower), tensors_in_group in groups.items():
         kind, aux, packed, linear = kinds[tail]
         part = mtp if in_mtp else main
@@ -271,13 +272,14 @@ def summarize(tensors, num_hidden_layers, tp=1, kv_heads=None, packed_bits=4, se
         share = tensors_in_group * rank_share(kind, loaded, tp, kv_heads, rows)
         part["per_rank"] += share
         tower_per_rank += share if in_tower else 0
+        tower_whole += tensors_in_group * loaded if in_tower else 0
         by_dtype[dtype] = by_dtype.get(dtype, 0) + tensors_in_group * nbytes
         if linear and (packed or matrix):
             key = "packed" if packed else dtype
             linear_bytes[key] = linear_bytes.get(key, 0) + tensors_in_group * nbytes
     out = {"params": main["params"], "params_mtp": mtp["params"], "data_bytes": main["bytes"],
            "mtp_bytes": mtp["bytes"], "weight_bytes_per_rank": main["per_rank"], "mtp_bytes_per_rank": mtp["per_rank"],
-           "tower_bytes_per_rank": tower_per_rank}
+           "tower_bytes_per_rank": tower_per_rank, "tower_bytes": tower_whole}
     dominant = max(linear_bytes, key=linear_bytes.get) if linear_bytes else None
     bits = packed_bits if dominant == "packed" else WEIGHT_DTYPE_BITS.get(dominant)
     if served_float_bytes and dominant in FLOAT_DTYPES:

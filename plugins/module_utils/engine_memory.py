@@ -439,9 +439,12 @@ CONFIG_SETTINGS = {"enable-prefix-caching": "enable_prefix_caching", "mamba-ssm-
                    "block-size": "block_size", "limit-mm-per-prompt": "mm_limits",
                    "language-model-only": "language_model_only", "skip-mm-profiling": "skip_mm_profiling",
                    "attention-backend": "attention_backend", "disable-custom-all-reduce": "disable_custom_all_reduce",
-                   "enable-extensible-kv-cache": "extensible_kv_cache"}
+                   "enable-extensible-kv-cache": "extensible_kv_cache", "mm-encoder-tp-mode": "mm_encoder_tp_mode"}
 # Modelled options newer than some engines, which refuse them as unknown arguments.
-CONFIG_SINCE = {"enable-extensible-kv-cache": EXTENSIBLE_KV_CACHE_SINCE}
+CONFIG_SINCE = {"enable-extensible-kv-cache": EXTENSIBLE_KV_CACHE_SINCE, "mm-encoder-tp-mode": (0, 10, 2)}
+# vLLM's MMEncoderTPMode (vllm/config/multimodal.py): "weights" shards the tower's weights over the tensor-parallel
+# ranks (its default), "data" keeps the whole tower on every rank and shares the images out among them.
+MM_ENCODER_TP_MODES = ("weights", "data")
 BOOLEAN_CONFIG = ("enable-prefix-caching", "async-scheduling", "language-model-only", "skip-mm-profiling",
                   "disable-custom-all-reduce", "enable-extensible-kv-cache")
 # Of those, the flags the engine leaves off by default: false is its default, not a setting of the run's.
@@ -465,7 +468,7 @@ CONFIG_OWNED = {
 # Keys (and dotted sub-keys of them) that move the engine's memory in ways the budget does not model: said, not
 # refused, and named in the calibration key (unmodelled_config) so that only engines run with them calibrate each other.
 CONFIG_NOT_MODELLED = ("kv-transfer-config", "compilation-config", "cpu-offload-gb", "enable-eplb", "eplb-config",
-                       "num-gpu-blocks-override", "mm-processor-kwargs", "mm-encoder-tp-mode", "mamba-cache-dtype", "mamba-cache-mode",
+                       "num-gpu-blocks-override", "mm-processor-kwargs", "mamba-cache-dtype", "mamba-cache-mode",
                        "mamba-block-size", "use-replayssm", "disable-hybrid-kv-cache-manager",
                        "data-parallel-size", "hf-overrides", "enable-lora", "lora-modules", "max-loras", "max-lora-rank")
 SPECULATIVE_CONFIG = "speculative-config"
@@ -525,7 +528,7 @@ def config_settings(config, version=None):
 OVERHEAD_CONFIG_SETTINGS = ("async_scheduling", "max_cudagraph_capture_size", "num_speculative_tokens",
                             "speculative_method", "mm_limits", "language_model_only", "skip_mm_profiling",
                             "attention_backend", "unmodelled_config", "environment", "compile_cache_warm",
-                            "disable_custom_all_reduce")
+                            "disable_custom_all_reduce", "mm_encoder_tp_mode")
 
 
 def overhead_config_key(settings, profile=None):
@@ -675,6 +678,8 @@ def _config_value(flag, value, negated, false_honoured):
         return value if value in MAMBA_SSM_DTYPES else None
     if flag == "limit-mm-per-prompt":
         return _mm_limits(value)
+    if flag == "mm-encoder-tp-mode":     # "weights" is the engine's own mode: not a setting of the run's
+        return None if value not in MM_ENCODER_TP_MODES else value if value != "weights" else _ENGINE_DEFAULT
     if flag == "attention-backend":
         # vLLM takes the backend's name (AttentionBackendEnum); None is its own choice
         return value.strip().upper() if isinstance(value, str) and value.strip() else None
@@ -1825,6 +1830,46 @@ def vision_tower_skipped(profile, settings):
     return "--limit-mm-per-prompt 0 for %s" % " and ".join(modalities) if marked or early else None
 
 
+# The towers vLLM runs data-parallel under --mm-encoder-tp-mode data: the classes that set supports_encoder_tp_data
+# (model_executor/models/interfaces.py SupportsMultiModal), by architecture, with the first release read that has it
+# (wheels 0.10.2, 0.11.0, 0.13.0, 0.15.1, 0.17.1, 0.19.0, 0.21.0, 0.23.0 - 0.34.0: a tower may have come a release or
+# two earlier than listed) and the first without it. Another model falls back to "weights" (config/model.py warns).
+ENCODER_TP_DATA_SINCE = {
+    (0, 10, 2): ("Glm4vForConditionalGeneration", "Glm4vMoeForConditionalGeneration", "KimiVLForConditionalGeneration",
+                 "Llama4ForConditionalGeneration", "MiniCPMO", "MiniCPMV", "Qwen2_5_VLForConditionalGeneration",
+                 "Step3VLForConditionalGeneration"),
+    (0, 11, 0): ("DotsOCRForCausalLM", "H2OVLChatModel", "InternVLChatModel", "NVLM_D", "Qwen2VLForConditionalGeneration",
+                 "Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration",
+                 "Tarsier2ForConditionalGeneration"),
+    (0, 13, 0): ("HunYuanVLForConditionalGeneration", "OpenCUAForConditionalGeneration"),
+    (0, 15, 1): ("Eagle2_5_VLForConditionalGeneration", "IsaacForConditionalGeneration", "KimiK25ForConditionalGeneration",
+                 "StepVLForConditionalGeneration"),
+    (0, 17, 1): ("GlmOcrForConditionalGeneration", "InternS1ProForConditionalGeneration",
+                 "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"),
+    (0, 21, 0): ("Exaone4_5_ForConditionalGeneration", "QianfanOCRForConditionalGeneration"),
+    (0, 23, 0): ("Cosmos3ForConditionalGeneration", "InternS2PreviewForConditionalGeneration",
+                 "MiniCPMV4_6ForConditionalGeneration", "Step3p7ForConditionalGeneration"),
+    (0, 26, 0): ("Cosmos3EdgeForConditionalGeneration",),
+    (0, 28, 0): ("InternS2MobiusForConditionalGeneration",),
+    (0, 30, 0): ("CohereCompassForConditionalGeneration",),
+    (0, 32, 0): ("MiniCPMV4_7ForConditionalGeneration",),
+    (0, 33, 0): ("MiniCPMOcrForConditionalGeneration",),
+    (0, 34, 0): ("Gemma4ForConditionalGeneration", "MiMoV2OmniForCausalLM"),
+}
+ENCODER_TP_DATA_UNTIL = {"Tarsier2ForConditionalGeneration": (0, 25, 0), "HunYuanVLForConditionalGeneration": (0, 29, 0)}
+
+
+def vision_tower_data_parallel(profile, settings):
+    """Whether every tensor-parallel rank holds the whole vision tower because the run asks for
+    --mm-encoder-tp-mode data and this engine runs the model's tower that way (the model's own towers that are
+    never sharded are profile vision_replicated: Gemma 4's)."""
+    if settings.get("mm_encoder_tp_mode") != "data" or not (profile.get("params") or {}).get("vision"):
+        return False
+    architecture, version = profile.get("architecture"), engine_version(settings.get("version"))
+    since = min((release for release, archs in ENCODER_TP_DATA_SINCE.items() if architecture in archs), default=None)
+    return since is not None and since <= version < ENCODER_TP_DATA_UNTIL.get(architecture, (999,))
+
+
 def encoder_dummy_batch(vision, settings):
     """(modality, tokens an item, items) of the encoder's dummy batch, or None when the engine profiles no encoder
     (text-only model, --language-model-only, --skip-mm-profiling, every modality limited to 0). The modality is the
@@ -1921,7 +1966,11 @@ def encoder_profile_bytes(profile, tp, settings, lm_peak, act_bytes=2):
     modality, tokens, items = batch
     embeds = encoder_embed_tokens(vision, modality, tokens, settings)
     patches = items * embeds * vision["spatial_merge_size"] ** 2
-    forward = patches * encoder_forward_elements(vision, tp, settings.get("enforce_eager")) * act_bytes
+    # data-parallel, each rank runs the unsharded tower over its share of the items (vision.py
+    # run_dp_sharded_mrope_vision_model: whole items, balanced by patches), then gathers every item's outputs
+    shards = tp if vision_tower_data_parallel(profile, settings) else 1
+    rank_patches = kv_layout.cdiv(items, shards) * embeds * vision["spatial_merge_size"] ** 2
+    forward = rank_patches * encoder_forward_elements(vision, tp // shards, settings.get("enforce_eager")) * act_bytes
     # the rows each output keeps: its embeddings, or in 0.11 - 0.12 the encoder budget's (ENCODER_OUTPUTS_WIDENED)
     rows = max(embeds, settings["max_num_batched_tokens"], tokens) if _widened_outputs(settings) else embeds
     outputs = items * rows * vision["out_hidden_size"] * (1 + vision["deepstack_layers"]) * act_bytes

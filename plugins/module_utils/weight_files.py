@@ -42,6 +42,7 @@ def inspect_weights(path, tp=1, overrides=None, served_float_bytes=None):
             "profile": None, "params_config": None, "params_header": None, "bytes_by_dtype": None,
             "data_bytes": None, "mtp_bytes": None, "measured_bytes": None, "files": 0, "bits": None,
             "weight_dtype": None, "weight_bytes_per_rank": None, "mtp_bytes_per_rank": None, "tower_bytes_per_rank": None,
+            "tower_bytes": None,
             "tensor_parallel_size": tp, "guessed": [], "warnings": []}
     try:
         _read(path, tp, overrides or {}, info, served_float_bytes)
@@ -108,7 +109,8 @@ def _read(path, tp, overrides, info, served_float_bytes):
         bytes_by_dtype=facts["bytes_by_dtype"], data_bytes=facts["data_bytes"], mtp_bytes=facts["mtp_bytes"],
         measured_bytes=facts["data_bytes"] + facts["mtp_bytes"], weight_dtype=facts["weight_dtype"],
         bits=quant.get("bits") or facts["bits"], weight_bytes_per_rank=facts["weight_bytes_per_rank"],
-        mtp_bytes_per_rank=facts["mtp_bytes_per_rank"], tower_bytes_per_rank=facts["tower_bytes_per_rank"])
+        mtp_bytes_per_rank=facts["mtp_bytes_per_rank"], tower_bytes_per_rank=facts["tower_bytes_per_rank"],
+        tower_bytes=facts["tower_bytes"])
     recast = _recast_dtypes(facts, served)
     if recast:
         info["warnings"].append("weights stored as %s are loaded in the served dtype, %d bytes a parameter: the "

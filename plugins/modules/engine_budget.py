@@ -173,7 +173,9 @@ options:
         C(max-cudagraph-capture-size) and C(async-scheduling), each with its C(no-) form where vLLM has one; for a
         multimodal model C(limit-mm-per-prompt), C(language-model-only) and C(skip-mm-profiling), which decide the
         vision tower's dummy batch in the profile run and whether the tower is built at all (with no image or video
-        input its weights are not loaded, for most models from v0.15.0 and some classes before).
+        input its weights are not loaded, for most models from v0.15.0 and some classes before), and
+        C(mm-encoder-tp-mode) (V(data): every rank holds the whole tower and encodes its share of the items
+        unsharded, where the engine's class runs its tower that way).
       - Keys the collection sets itself - this module's options (C(max-num-batched-tokens), C(enforce-eager),
         C(enable-expert-parallel), C(kv-cache-dtype), C(max-model-len), C(max-num-seqs), C(gpu-memory-utilization),
         C(tensor-parallel-size) and the like) and the serve role's (C(served-model-name), C(host), C(port), the node
@@ -469,7 +471,8 @@ weight_dirs:
       C(params_header) (total and mtp from the shard headers), C(bytes_by_dtype), C(data_bytes), C(mtp_bytes),
       C(measured_bytes), C(files) (shard count), C(bits), C(weight_dtype), C(weight_bytes_per_rank) (as loaded,
       an unquantized checkpoint's floating tensors at the tier's C(dtype)), C(mtp_bytes_per_rank),
-      C(tower_bytes_per_rank) (a multimodal tower's part of it), C(tensor_parallel_size), C(guessed) (config
+      C(tower_bytes_per_rank) (a multimodal tower's part of it), C(tower_bytes) (the whole tower, what a rank holds
+      with C(mm-encoder-tp-mode) C(data)), C(tensor_parallel_size), C(guessed) (config
       fields defaulted) and C(warnings).
   returned: always
   type: list
@@ -621,7 +624,8 @@ def inspect_tiers(tiers, tp, overrides, load_mtp, mtp_drafts=False):
                           reason="%s holds no MTP layer, which speculative-config method mtp drafts with"
                                  % found["path"])
         planned.append(dict(tier, profile=found["profile"], bits=found["bits"], measured_bytes=found["measured_bytes"],
-                            weight_bytes_per_rank=per_rank, tower_bytes_per_rank=found["tower_bytes_per_rank"], **usable))
+                            weight_bytes_per_rank=per_rank, tower_bytes_per_rank=found["tower_bytes_per_rank"],
+                            tower_bytes=found["tower_bytes"], **usable))
     return inspected, planned
 
 

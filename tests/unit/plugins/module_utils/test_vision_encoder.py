@@ -372,3 +372,74 @@ def test_the_headers_say_which_bytes_are_the_tower_s():
     facts = summarize(tensors, 1)
     assert facts["tower_bytes_per_rank"] == (96 * 32 + 3 * 32 * 32) * 2
     assert facts["weight_bytes_per_rank"] == sum(t[3] for t in tensors.values())
+
+
+QWEN35_MOE = dict(QWEN3_VL_30B, architectures=["Qwen3_5MoeForConditionalGeneration"])
+
+
+@pytest.mark.parametrize("config, settings, whole", [
+    (QWEN3_VL_30B, engine(mm_encoder_tp_mode="data"), True),
+    (QWEN3_VL_30B, engine(), False),                                          # "weights", the engine's default
+    (QWEN3_VL_30B, engine(version="0.10.2", mm_encoder_tp_mode="data"), False),    # Qwen3-VL's tower runs it from 0.11
+    (QWEN25_VL_7B, engine(version="0.10.2", mm_encoder_tp_mode="data"), True),
+    (QWEN35_MOE, engine(version="0.17.1", mm_encoder_tp_mode="data"), True),
+    (QWEN35_MOE, engine(version="0.15.1", mm_encoder_tp_mode="data"), False),
+    (dict(QWEN25_VL_7B, architectures=["HunYuanVLForConditionalGeneration"]),
+     engine(version="0.29.0", mm_encoder_tp_mode="data"), False),              # taken back in 0.29
+    (LLAVA, engine(mm_encoder_tp_mode="data"), False),                        # falls back to "weights"
+    (dict(QWEN25_VL_7B, vision_config=None), engine(mm_encoder_tp_mode="data"), False),   # no tower
+])
+def test_which_towers_run_data_parallel(config, settings, whole):
+    assert engine_memory.vision_tower_data_parallel(model_profile(config), settings) is whole
+
+
+def test_a_data_parallel_tower_is_whole_on_every_rank():
+    """--mm-encoder-tp-mode data: the floor counts the tower whole on each of the 4 ranks, and the headers' whole
+    tower (tower_bytes) replaces the rank's share of it in the measured bytes."""
+    gpus = [{"index": i, "total": 80 * GIB, "free": 80 * GIB} for i in range(4)]
+    profile = model_profile(QWEN3_VL_30B)
+    tower = profile["params"]["vision"] * 2
+
+    def weights(tier, **settings):
+        result = plan(profile, [dict(tier)], gpus, max_model_len=32768, min_max_model_len=32768, max_num_seqs=8,
+                      min_max_num_seqs=8, tensor_parallel_size=4, engine=engine(max_model_len=32768, **settings))
+        return result["budget_bytes"]["weights"]
+
+    floor = {"name": "bf16", "bits": 16, "present": True, "dtype": "bfloat16", "weights_dir": "/w"}
+    assert weights(floor, mm_encoder_tp_mode="data") - weights(floor) == pytest.approx(tower - tower / 4, abs=4)
+    measured = dict(floor, weight_bytes_per_rank=16 * GIB, tower_bytes_per_rank=GIB // 4, tower_bytes=GIB)
+    assert weights(measured, mm_encoder_tp_mode="data") == 16 * GIB + GIB - GIB // 4
+    assert weights(measured) == 16 * GIB
+    # a tier read before the whole tower was recorded keeps what was measured
+    assert weights(dict(measured, tower_bytes=None), mm_encoder_tp_mode="data") == 16 * GIB
+
+
+def test_a_data_parallel_tower_runs_its_share_of_the_items_unsharded():
+    """Each rank encodes whole items at the tower's full width: the dummy batch's one video lands on one rank,
+    which runs it as a single GPU would."""
+    profile = model_profile(QWEN25_VL_7B)
+    one = engine_memory.encoder_profile_bytes(profile, 1, engine(), GIB)
+    assert engine_memory.encoder_profile_bytes(profile, 4, engine(mm_encoder_tp_mode="data"), GIB) == one
+    assert engine_memory.encoder_profile_bytes(profile, 4, engine(), GIB) < one
+
+
+def test_the_headers_give_the_whole_tower_beside_a_rank_s_share():
+    from ansible_collections.hy3.fleet.plugins.module_utils.checkpoint import summarize
+    tensors = {
+        "model.language_model.layers.0.mlp.down_proj.weight": ("a", "BF16", [64, 256], 64 * 256 * 2),
+        "model.visual.blocks.0.mlp.fc1.weight": ("a", "BF16", [128, 32], 128 * 32 * 2),
+    }
+    facts = summarize(tensors, 1, tp=4)
+    assert facts["tower_bytes"] == 128 * 32 * 2
+    assert facts["tower_bytes_per_rank"] == 128 * 32 * 2 // 4
+
+
+@pytest.mark.parametrize("value, expected", [("data", {"mm_encoder_tp_mode": "data"}), ("weights", {})])
+def test_the_encoder_s_tp_mode_is_read_from_the_further_config(value, expected):
+    settings, problems, warnings = engine_memory.config_settings({"mm-encoder-tp-mode": value}, "0.20.0")
+    assert (settings, problems, warnings) == (expected, [], [])
+    assert engine_memory.config_settings({"mm_encoder_tp_mode": "rows"}, "0.20.0")[1] == [
+        "mm_encoder_tp_mode: 'rows' is not a value vLLM takes there"]
+    assert engine_memory.config_settings({"mm-encoder-tp-mode": "data"}, "0.10.1")[1] == [
+        "mm-encoder-tp-mode is an option of vLLM 0.10.2 and later, not of 0.10.1"]
+    assert engine_memory.overhead_config_key(engine(mm_encoder_tp_mode="data")) == "mm_encoder_tp_mode=data"
