@@ -174,7 +174,7 @@ options:
         multimodal model C(limit-mm-per-prompt), C(language-model-only) and C(skip-mm-profiling), which decide the
         vision tower's dummy batch in the profile run and whether the tower is built at all (with no image or video
         input its weights are not loaded, for most models from v0.15.0 and some classes before), and
-        C(mm-encoder-tp-mode) (V(data): every rank holds the whole tower and encodes its share of the items
+        C(mm-encoder-tp-mode) (with V(data) every rank holds the whole tower and encodes its share of the items
         unsharded, where the engine's class runs its tower that way).
       - Keys the collection sets itself - this module's options (C(max-num-batched-tokens), C(enforce-eager),
         C(enable-expert-parallel), C(kv-cache-dtype), C(max-model-len), C(max-num-seqs), C(gpu-memory-utilization),
