@@ -1694,10 +1694,25 @@ def cudagraph_bytes(profile, tp, settings, act_bytes=2):
     layer_graphs += drafter_graph_count(settings, profile, (graphs, sizes)) * draft_kv_layers(profile, settings)
     per_layer = COPIES["graph_per_layer"] + (COPIES["graph_per_layer_nccl"] if nccl_in_graphs(tp, settings) else 0)
     return int(first + per_layer * layer_graphs + flashinfer_workspace_bytes(profile, tp, settings)
-               + indexer_decode_logits_bytes(profile, settings))
+               + indexer_decode_logits_bytes(profile, settings) + indexer_piecewise_standin_bytes(profile, settings, sizes))
 
 
 INDEXER_LOGIT_BYTES = 4          # fp32
+
+
+def indexer_piecewise_standin_bytes(profile, settings, piecewise_sizes):
+    """The sparse indexer's logits stand-in in the graph estimate: a piecewise capture runs the model without
+    attention metadata, so the indexer takes its dummy-run path and allocates the stand-in for a prefill's logits
+    (VLLM_SPARSE_INDEXER_MAX_LOGITS_MB, sparse_attn_indexer.py 0.19 - 0.34; 0.34's decode rows need the scheduler's
+    config, which the capture does not set). The caching allocator keeps it from the first piecewise capture on, which
+    the estimate measures as a drop in free memory; 0 without piecewise graphs or an indexer. Two public v0.25.1
+    DeepSeek-V4-Flash starts (2 x H200, one B300) estimate 1.29 GiB each."""
+    shape = _indexer_shape(profile)
+    if not (shape and piecewise_sizes) or _version(settings) < INDEXER_LOGITS_RESERVED_SINCE:
+        return 0
+    if _version(settings) < INDEXER_DECODE_LOGITS_SINCE:
+        return INDEXER_LOGITS_BYTES
+    return indexer_logits_standin_bytes(profile, 0, settings)
 
 
 def indexer_decode_logits_bytes(profile, settings):
@@ -1724,7 +1739,9 @@ def attention_backend(profile, settings):
     """The engine's attention backend for the model's layers: the run's attention-backend, else vLLM's choice."""
     if settings.get("attention_backend"):
         return settings["attention_backend"]
-    if profile.get("mla"):
+    if profile.get("mla") or profile.get("compressed_attention"):
+        # DeepSeek-V4's layers pick their own sparse MLA class: FlashMLA, FlashInfer's sparse MLA on SM 12.x
+        # (models/deepseek_v4/nvidia/model.py _select_dsv4_attn_cls, 0.25)
         return MLA_BACKEND
     if any(shape.get("head_dim", profile["head_dim"]) != profile["head_dim"]
            for shape in (profile.get("kv_shapes") or {}).values()):

@@ -152,3 +152,29 @@ def test_the_glm52_start_is_predicted_line_by_line():
     assert abs(peak - 6.31) <= 0.05 and table["moe_workspace"] == 0
     assert abs(table["kv_available"] / 2 ** 30 - 50.62) <= 0.5
     assert abs(table["kv_cache_tokens"] - 1139456) <= 0.05 * 1139456
+
+
+def test_a_piecewise_capture_keeps_the_indexer_s_logits_stand_in():
+    """Captured without attention metadata, the indexer allocates its prefill stand-in again; the allocator keeps it
+    from the first piecewise capture on, once in the estimate."""
+    sizes = [1, 2, 4, 8]
+    assert engine_memory.indexer_piecewise_standin_bytes(GLM52, engine("0.26.0"), sizes) == 512 * MIB
+    assert engine_memory.indexer_piecewise_standin_bytes(GLM52, engine("0.18.0"), sizes) == 0      # before the stand-in
+    assert engine_memory.indexer_piecewise_standin_bytes(GLM52, engine("0.26.0"), []) == 0         # no piecewise graph
+    dense_mla = dict(GLM52, mla=dict(GLM52["mla"], indexer=None))
+    assert engine_memory.indexer_piecewise_standin_bytes(dense_mla, engine("0.26.0"), sizes) == 0
+    # 0.34: the prefill budget alone (no scheduler config in a capture), bf16 logits and an fp32 copy for V3.2 on SM 10.x
+    v32 = dict(GLM52, architecture="DeepseekV32ForCausalLM")
+    assert engine_memory.indexer_piecewise_standin_bytes(v32, engine("0.34.0", gpu_name="NVIDIA B200"), sizes) == 768 * MIB
+    with_graphs = engine_memory.cudagraph_bytes(GLM52, 4, engine("0.26.0"))
+    assert with_graphs - engine_memory.cudagraph_bytes(GLM52, 4, engine("0.18.0")) >= 512 * MIB
+
+
+def test_deepseek_v4_s_attention_takes_no_flashinfer_workspace():
+    """DeepSeek-V4's layers run sparse MLA (FlashMLA; FlashInfer's sparse MLA on SM 12.x), not FlashInfer's paged
+    attention, whose workspace the graph estimate would otherwise take on SM 10.x."""
+    v4 = dict(GLM52, mla=None, compressed_attention={"ratios": [0, 4, 128], "index_head_dim": 128, "window": 128,
+                                                       "head_dim": 512})
+    blackwell = engine("0.25.1", gpu_name="NVIDIA B200")
+    assert engine_memory.attention_backend(v4, blackwell) == engine_memory.MLA_BACKEND
+    assert engine_memory.flashinfer_workspace_bytes(v4, 1, blackwell) == 0
