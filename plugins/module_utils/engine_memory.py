@@ -468,6 +468,7 @@ CONFIG_OWNED = {
 # Keys (and dotted sub-keys of them) that move the engine's memory in ways the budget does not model: said, not
 # refused, and named in the calibration key (unmodelled_config) so that only engines run with them calibrate each other.
 CONFIG_NOT_MODELLED = ("kv-transfer-config", "compilation-config", "cpu-offload-gb", "enable-eplb", "eplb-config",
+                       "enable-multimodal-encoder-data-parallel",      # mm-encoder-tp-mode data's spelling before 0.13
                        "num-gpu-blocks-override", "mm-processor-kwargs", "mamba-cache-dtype", "mamba-cache-mode",
                        "mamba-block-size", "use-replayssm", "disable-hybrid-kv-cache-manager",
                        "data-parallel-size", "hf-overrides", "enable-lora", "lora-modules", "max-loras", "max-lora-rank")
@@ -528,7 +529,7 @@ def config_settings(config, version=None):
 OVERHEAD_CONFIG_SETTINGS = ("async_scheduling", "max_cudagraph_capture_size", "num_speculative_tokens",
                             "speculative_method", "mm_limits", "language_model_only", "skip_mm_profiling",
                             "attention_backend", "unmodelled_config", "environment", "compile_cache_warm",
-                            "disable_custom_all_reduce", "mm_encoder_tp_mode")
+                            "disable_custom_all_reduce")
 
 
 def overhead_config_key(settings, profile=None):
@@ -541,6 +542,8 @@ def overhead_config_key(settings, profile=None):
     batch = encoder_dummy_batch((profile or {}).get("vision"), settings) if settings.get("max_model_len") else None
     if batch:
         parts.append("encoder=%s:%dx%d" % batch)
+    if settings.get("mm_encoder_tp_mode") and (profile is None or vision_tower_data_parallel(profile, settings)):
+        parts.append("mm_encoder_tp_mode=%s" % settings["mm_encoder_tp_mode"])     # not where vLLM falls back
     if _indexer_shape(profile or {}) and settings.get("max_model_len"):
         parts.append("indexer=%d" % settings["max_model_len"])      # its buffers follow max_model_len by GiB
     if settings.get("extensible_kv_cache") is False and _version(settings) >= EXTENSIBLE_KV_CACHE_SINCE:
@@ -1847,8 +1850,9 @@ def vision_tower_skipped(profile, settings):
     return "--limit-mm-per-prompt 0 for %s" % " and ".join(modalities) if marked or early else None
 
 
-# The towers vLLM runs data-parallel under --mm-encoder-tp-mode data: the classes that set supports_encoder_tp_data
-# (model_executor/models/interfaces.py SupportsMultiModal), by architecture, with the first release read that has it
+# The towers vLLM runs data-parallel under --mm-encoder-tp-mode data: the registry's classes that set or inherit
+# supports_encoder_tp_data (model_executor/models/interfaces.py SupportsMultiModal; the vllm/models packages too), by
+# architecture, with the first release read that has it
 # (wheels 0.10.2, 0.11.0, 0.13.0, 0.15.1, 0.17.1, 0.19.0, 0.21.0, 0.23.0 - 0.34.0: a tower may have come a release or
 # two earlier than listed) and the first without it. Another model falls back to "weights" (config/model.py warns).
 ENCODER_TP_DATA_SINCE = {
@@ -1857,21 +1861,28 @@ ENCODER_TP_DATA_SINCE = {
                  "Step3VLForConditionalGeneration"),
     (0, 11, 0): ("DotsOCRForCausalLM", "H2OVLChatModel", "InternVLChatModel", "NVLM_D", "Qwen2VLForConditionalGeneration",
                  "Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration",
-                 "Tarsier2ForConditionalGeneration"),
+                 "Tarsier2ForConditionalGeneration", "JinaVLForRanking"),
     (0, 13, 0): ("HunYuanVLForConditionalGeneration", "OpenCUAForConditionalGeneration"),
     (0, 15, 1): ("Eagle2_5_VLForConditionalGeneration", "IsaacForConditionalGeneration", "KimiK25ForConditionalGeneration",
                  "StepVLForConditionalGeneration"),
     (0, 17, 1): ("GlmOcrForConditionalGeneration", "InternS1ProForConditionalGeneration",
-                 "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"),
+                 "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration", "ColQwen3",
+                 "OpsColQwen3Model", "Qwen3VLNemotronEmbedModel"),
+    (0, 19, 0): ("ColQwen3_5",),
     (0, 21, 0): ("Exaone4_5_ForConditionalGeneration", "QianfanOCRForConditionalGeneration"),
     (0, 23, 0): ("Cosmos3ForConditionalGeneration", "InternS2PreviewForConditionalGeneration",
                  "MiniCPMV4_6ForConditionalGeneration", "Step3p7ForConditionalGeneration"),
+    (0, 24, 0): ("MiniMaxM3SparseForConditionalGeneration",),
     (0, 26, 0): ("Cosmos3EdgeForConditionalGeneration",),
-    (0, 28, 0): ("InternS2MobiusForConditionalGeneration",),
-    (0, 30, 0): ("CohereCompassForConditionalGeneration",),
+    (0, 27, 0): ("KimiK3ForConditionalGeneration",),
+    (0, 28, 0): ("InternS2MobiusForConditionalGeneration", "Dots3NoteForCausalLM"),
+    (0, 29, 0): ("Qwen4ExpForConditionalGeneration",),
+    (0, 30, 0): ("CohereCompassForConditionalGeneration", "DeepseekV41ForCausalLM", "Glm5NextForConditionalGeneration"),
     (0, 32, 0): ("MiniCPMV4_7ForConditionalGeneration",),
-    (0, 33, 0): ("MiniCPMOcrForConditionalGeneration",),
-    (0, 34, 0): ("Gemma4ForConditionalGeneration", "MiMoV2OmniForCausalLM"),
+    (0, 33, 0): ("MiniCPMOcrForConditionalGeneration", "MuseSparkForConditionalGeneration", "Step5ForConditionalGeneration",
+                 "Alpamayo2Super", "ClefFlashForJointSchema", "D3ForSequenceClassification"),
+    (0, 34, 0): ("Gemma4ForConditionalGeneration", "Gemma4UnifiedForConditionalGeneration", "MiMoV2OmniForCausalLM",
+                 "KimiK31ForConditionalGeneration"),
 }
 ENCODER_TP_DATA_UNTIL = {"Tarsier2ForConditionalGeneration": (0, 25, 0), "HunYuanVLForConditionalGeneration": (0, 29, 0)}
 
@@ -1983,16 +1994,25 @@ def encoder_profile_bytes(profile, tp, settings, lm_peak, act_bytes=2):
     modality, tokens, items = batch
     embeds = encoder_embed_tokens(vision, modality, tokens, settings)
     patches = items * embeds * vision["spatial_merge_size"] ** 2
-    # data-parallel, each rank runs the unsharded tower over its share of the items (vision.py
-    # run_dp_sharded_mrope_vision_model: whole items, balanced by patches), then gathers every item's outputs
-    shards = tp if vision_tower_data_parallel(profile, settings) else 1
-    rank_patches = kv_layout.cdiv(items, shards) * embeds * vision["spatial_merge_size"] ** 2
+    # Data-parallel (the Qwen towers' mrope path, vision.py run_dp_sharded_mrope_vision_model), each rank runs the
+    # unsharded tower over its share of whole items (the dummy items are alike: ceil(items / tp) on the busiest) from a
+    # copy of their pixels beside the batch's own, pads its outputs to the busiest rank's and all-gathers them: every
+    # item's output is a view into that tp x rank-items buffer, kept through the language model's batch.
+    data_parallel = vision_tower_data_parallel(profile, settings)
+    shards = tp if data_parallel else 1
+    rank_items = kv_layout.cdiv(items, shards)
+    rank_patches = rank_items * embeds * vision["spatial_merge_size"] ** 2
     forward = rank_patches * encoder_forward_elements(vision, tp // shards, settings.get("enforce_eager")) * act_bytes
+    if data_parallel:
+        forward += patches * _pixel_elements(vision) * act_bytes
+    width = vision["out_hidden_size"] * (1 + vision["deepstack_layers"]) * act_bytes
+    gathered = shards * rank_items * embeds * width
     # the rows each output keeps: its embeddings, or in 0.11 - 0.12 the encoder budget's (ENCODER_OUTPUTS_WIDENED)
-    rows = max(embeds, settings["max_num_batched_tokens"], tokens) if _widened_outputs(settings) else embeds
-    outputs = items * rows * vision["out_hidden_size"] * (1 + vision["deepstack_layers"]) * act_bytes
+    outputs = items * max(embeds, settings["max_num_batched_tokens"], tokens) * width if _widened_outputs(settings) \
+        else gathered
+    gather = gathered + rank_items * embeds * width if data_parallel else 0     # the rank's own outputs beside
     pixels = 0 if v2 else patches * _pixel_elements(vision) * act_bytes
-    return int(max(forward - lm_peak, outputs + pixels))
+    return int(max(forward - lm_peak, gather + pixels - lm_peak, outputs + pixels))
 
 
 def encoder_unprofiled(profile, settings):

@@ -415,12 +415,53 @@ def test_a_data_parallel_tower_is_whole_on_every_rank():
 
 
 def test_a_data_parallel_tower_runs_its_share_of_the_items_unsharded():
-    """Each rank encodes whole items at the tower's full width: the dummy batch's one video lands on one rank,
-    which runs it as a single GPU would."""
+    """Each rank encodes whole items at the tower's full width from a copy of their pixels beside the batch's: the
+    dummy batch's one video lands on one rank, which runs it as a single GPU would, with the batch's pixels held."""
     profile = model_profile(QWEN25_VL_7B)
-    one = engine_memory.encoder_profile_bytes(profile, 1, engine(), GIB)
-    assert engine_memory.encoder_profile_bytes(profile, 4, engine(mm_encoder_tp_mode="data"), GIB) == one
-    assert engine_memory.encoder_profile_bytes(profile, 4, engine(), GIB) < one
+    patches = 458752
+    forward = patches * (1176 + 80 + 5 * 1280 + 3 * 3420) * 2 + patches * 1176 * 2
+    assert engine_memory.encoder_profile_bytes(profile, 4, engine(mm_encoder_tp_mode="data"), GIB) == forward - GIB
+    split = patches * (1176 + 80 + 5 * 1280 + 3 * 3420 / 4) * 2
+    assert engine_memory.encoder_profile_bytes(profile, 4, engine(), GIB) == int(split - GIB)
+
+
+@pytest.mark.parametrize("items, tp, rank_items", [(1, 8, 1), (5, 4, 2), (2, 2, 1)])
+def test_a_data_parallel_tower_keeps_the_gathered_outputs(items, tp, rank_items):
+    """The outputs, padded to the busiest rank's items and all-gathered, are views into one tp x rank-items buffer
+    that the profile run keeps through the language model's batch: Qwen3-VL's 16384-token image with its three
+    deepstack outputs beside the merged one (4 x 2048 wide)."""
+    profile = model_profile(QWEN3_VL_30B)
+    settings = engine(mm_limits={"video": 0}, max_num_batched_tokens=16384 * items, mm_encoder_tp_mode="data")
+    assert engine_memory.encoder_dummy_batch(profile["vision"], settings) == ("image", 16384, items)
+    width, pixels = 4 * 2048 * 2, items * 16384 * 4 * 1536 * 2
+    gathered = tp * rank_items * 16384 * width
+    assert engine_memory.encoder_profile_bytes(profile, tp, settings, 100 * GIB) == gathered + pixels
+    weights_mode = dict(settings, mm_encoder_tp_mode=None)
+    assert engine_memory.encoder_profile_bytes(profile, tp, weights_mode, 100 * GIB) == items * 16384 * width + pixels
+
+
+def test_the_key_names_the_data_mode_only_where_the_engine_runs_it():
+    settings = engine(mm_encoder_tp_mode="data", max_model_len=None)
+    assert "mm_encoder_tp_mode=data" in engine_memory.overhead_config_key(settings, model_profile(QWEN3_VL_30B))
+    assert engine_memory.overhead_config_key(settings, model_profile(LLAVA)) == ""      # vLLM falls back to weights
+
+
+@pytest.mark.parametrize("architecture, version, whole", [
+    ("Tarsier2ForConditionalGeneration", "0.24.0", True), ("Tarsier2ForConditionalGeneration", "0.25.0", False),
+    ("ColQwen3_5", "0.19.0", True),                                  # inherits the flag from Qwen3.5's class
+    ("KimiK3ForConditionalGeneration", "0.27.0", True),               # a vllm/models package
+    ("KimiK3ForConditionalGeneration", "0.26.0", False),
+])
+def test_inherited_and_packaged_towers_run_data_parallel(architecture, version, whole):
+    profile = model_profile(dict(QWEN25_VL_7B, architectures=[architecture]))
+    assert engine_memory.vision_tower_data_parallel(profile, engine(version=version, mm_encoder_tp_mode="data")) is whole
+
+
+def test_the_old_spelling_of_the_data_mode_is_warned_about():
+    settings, problems, warnings = engine_memory.config_settings({"enable-multimodal-encoder-data-parallel": True},
+                                                                 "0.11.0")
+    assert problems == [] and len(warnings) == 1 and "enable-multimodal-encoder-data-parallel" in warnings[0]
+    assert settings["unmodelled_config"] == {"enable-multimodal-encoder-data-parallel": "True"}
 
 
 def test_the_headers_give_the_whole_tower_beside_a_rank_s_share():

@@ -393,6 +393,25 @@ def test_a_tower_the_engine_does_not_build_leaves_the_measured_weights(tmp_path)
     assert built["budget_bytes"]["weights"] - skipped["budget_bytes"]["weights"] == found["tower_bytes_per_rank"]
 
 
+def test_a_data_parallel_tower_is_budgeted_whole_from_the_headers(tmp_path):
+    """mm-encoder-tp-mode data on a class that runs it (a Qwen2.5-VL architecture over the tiny model): the headers'
+    whole tower (tower_bytes) replaces each rank's share of it."""
+    gen = sample_checkpoints.generator
+    config = dict(sample_checkpoints.TINY_HY3, architectures=["Qwen2_5_VLForConditionalGeneration"], vision_config={
+        "depth": 2, "hidden_act": "silu", "hidden_size": 64, "intermediate_size": 128, "num_heads": 2,
+        "out_hidden_size": 128, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2})
+    tower = [("visual.blocks.%d.mlp.up_proj.weight" % i, "BF16", [128, 64]) for i in range(2)]
+    gen.write_checkpoint(str(tmp_path / "vl"), gen.hy3_tensors("bf16", config) + tower, config, 200_000)
+    tiers = [{"name": "bf16", "weights_dir": str(tmp_path / "vl")}]
+    split = run_module(engine_budget.main, args(tiers, engine_version="0.30.0")).result
+    whole = run_module(engine_budget.main, args(tiers, engine_version="0.30.0",
+                                                engine_config={"mm-encoder-tp-mode": "data"})).result
+    found = split["weight_dirs"][0]
+    assert found["tower_bytes"] == 2 * 128 * 64 * 2 and found["tower_bytes_per_rank"] == found["tower_bytes"] // 2
+    assert whole["budget_bytes"]["weights"] - split["budget_bytes"]["weights"] == found["tower_bytes"] // 2
+    assert "mm_encoder_tp_mode=data" in whole["calibration_fields"]["engine_config"]
+
+
 def test_a_bf16_checkpoint_served_in_float32_is_not_called_a_32_bit_checkpoint(tmp_path):
     bf16 = sample_checkpoints.write(tmp_path / "bf16")
     r = run_module(engine_budget.main, args([{"name": "bf16", "weights_dir": bf16, "dtype": "float32"}])).result
