@@ -173,8 +173,8 @@ def test_a_piecewise_capture_keeps_the_indexer_s_logits_stand_in():
 def test_deepseek_v4_s_attention_takes_no_flashinfer_workspace():
     """DeepSeek-V4's layers run sparse MLA (FlashMLA; FlashInfer's sparse MLA on SM 12.x), not FlashInfer's paged
     attention, whose workspace the graph estimate would otherwise take on SM 10.x."""
-    v4 = dict(GLM52, mla=None, compressed_attention={"ratios": [0, 4, 128], "index_head_dim": 128, "window": 128,
-                                                       "head_dim": 512})
+    compressed = {"ratios": [0, 4, 128], "index_head_dim": 128, "window": 128, "head_dim": 512}
+    v4 = dict(GLM52, mla=None, compressed_attention=compressed)
     blackwell = engine("0.25.1", gpu_name="NVIDIA B200")
     assert engine_memory.attention_backend(v4, blackwell) == engine_memory.MLA_BACKEND
     assert engine_memory.flashinfer_workspace_bytes(v4, 1, blackwell) == 0
