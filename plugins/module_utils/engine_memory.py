@@ -1852,9 +1852,9 @@ def vision_tower_skipped(profile, settings):
 
 # The towers vLLM runs data-parallel under --mm-encoder-tp-mode data: the registry's classes that set or inherit
 # supports_encoder_tp_data (model_executor/models/interfaces.py SupportsMultiModal; the vllm/models packages too), by
-# architecture, with the first release read that has it
-# (wheels 0.10.2, 0.11.0, 0.13.0, 0.15.1, 0.17.1, 0.19.0, 0.21.0, 0.23.0 - 0.34.0: a tower may have come a release or
-# two earlier than listed) and the first without it. Another model falls back to "weights" (config/model.py warns).
+# architecture, with the first release read that has it (ENCODER_TP_DATA_WHEELS_READ) and the first without it.
+# Another model falls back to "weights" (config/model.py warns). The split by whole items and the gathered outputs
+# are the Qwen towers' (the mrope path), the only ones whose profile run the budget models.
 ENCODER_TP_DATA_SINCE = {
     (0, 10, 2): ("Glm4vForConditionalGeneration", "Glm4vMoeForConditionalGeneration", "KimiVLForConditionalGeneration",
                  "Llama4ForConditionalGeneration", "MiniCPMO", "MiniCPMV", "Qwen2_5_VLForConditionalGeneration",
@@ -1885,6 +1885,10 @@ ENCODER_TP_DATA_SINCE = {
                  "KimiK31ForConditionalGeneration"),
 }
 ENCODER_TP_DATA_UNTIL = {"Tarsier2ForConditionalGeneration": (0, 25, 0), "HunYuanVLForConditionalGeneration": (0, 29, 0)}
+# The wheels read for the table: a release after the last one read without a class's flag and before the first
+# with it may already have it, and is taken to (the whole tower: the safe side).
+ENCODER_TP_DATA_WHEELS_READ = ((0, 10, 2), (0, 11, 0), (0, 13, 0), (0, 15, 1), (0, 17, 1), (0, 19, 0), (0, 21, 0),
+                               (0, 23, 0)) + tuple((0, minor, 0) for minor in range(24, 35))
 
 
 def vision_tower_data_parallel(profile, settings):
@@ -1895,7 +1899,10 @@ def vision_tower_data_parallel(profile, settings):
         return False
     architecture, version = profile.get("architecture"), engine_version(settings.get("version"))
     since = min((release for release, archs in ENCODER_TP_DATA_SINCE.items() if architecture in archs), default=None)
-    return since is not None and since <= version < ENCODER_TP_DATA_UNTIL.get(architecture, (999,))
+    if since is None or version >= ENCODER_TP_DATA_UNTIL.get(architecture, (999,)):
+        return False
+    read_before = [release for release in ENCODER_TP_DATA_WHEELS_READ if release < since]
+    return version > read_before[-1] if read_before else version >= since
 
 
 def encoder_dummy_batch(vision, settings):

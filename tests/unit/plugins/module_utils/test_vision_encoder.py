@@ -384,6 +384,7 @@ QWEN35_MOE = dict(QWEN3_VL_30B, architectures=["Qwen3_5MoeForConditionalGenerati
     (QWEN25_VL_7B, engine(version="0.10.2", mm_encoder_tp_mode="data"), True),
     (QWEN35_MOE, engine(version="0.17.1", mm_encoder_tp_mode="data"), True),
     (QWEN35_MOE, engine(version="0.15.1", mm_encoder_tp_mode="data"), False),
+    (QWEN35_MOE, engine(version="0.16.0", mm_encoder_tp_mode="data"), True),      # between the wheels read: whole
     (dict(QWEN25_VL_7B, architectures=["HunYuanVLForConditionalGeneration"]),
      engine(version="0.29.0", mm_encoder_tp_mode="data"), False),              # taken back in 0.29
     (LLAVA, engine(mm_encoder_tp_mode="data"), False),                        # falls back to "weights"
