@@ -374,21 +374,29 @@ def test_a_multimodal_checkpoint_budgets_its_vision_tower(tmp_path, monkeypatch)
     assert any("does not profile the vision tower" in w for w in said)
 
 
-def test_a_tower_the_engine_does_not_build_leaves_the_measured_weights(tmp_path):
-    """A multimodal checkpoint (the tiny model with a Qwen2.5-VL tower in its config and visual.* tensors in its
-    shards) served with language-model-only: the tower's bytes, read from the headers, are not budgeted."""
+TINY_TOWER_BYTES = 2 * 128 * 64 * 2
+
+
+def tiny_vl_tiers(path, **config):
+    """The tiny model with a Qwen2.5-VL tower in its config and visual.* tensors (TINY_TOWER_BYTES) in its shards."""
     gen = sample_checkpoints.generator
     config = dict(sample_checkpoints.TINY_HY3, vision_config={
         "depth": 2, "hidden_act": "silu", "hidden_size": 64, "intermediate_size": 128, "num_heads": 2,
-        "out_hidden_size": 128, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2})
+        "out_hidden_size": 128, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2}, **config)
     tower = [("visual.blocks.%d.mlp.up_proj.weight" % i, "BF16", [128, 64]) for i in range(2)]
-    gen.write_checkpoint(str(tmp_path / "vl"), gen.hy3_tensors("bf16", config) + tower, config, 200_000)
-    tiers = [{"name": "bf16", "weights_dir": str(tmp_path / "vl")}]
+    gen.write_checkpoint(str(path), gen.hy3_tensors("bf16", config) + tower, config, 200_000)
+    return [{"name": "bf16", "weights_dir": str(path)}]
+
+
+def test_a_tower_the_engine_does_not_build_leaves_the_measured_weights(tmp_path):
+    """A multimodal checkpoint served with language-model-only: the tower's bytes, read from the headers, are not
+    budgeted."""
+    tiers = tiny_vl_tiers(tmp_path / "vl")
     built = run_module(engine_budget.main, args(tiers, engine_version="0.30.0")).result
     skipped = run_module(engine_budget.main, args(tiers, engine_version="0.30.0",
                                                   engine_config={"language-model-only": True})).result
     found = built["weight_dirs"][0]
-    assert found["tower_bytes_per_rank"] == 2 * 128 * 64 * 2 // 2          # split over the two ranks
+    assert found["tower_bytes_per_rank"] == TINY_TOWER_BYTES // 2          # split over the two ranks
     assert built["vision_tower_skipped"] is None and skipped["vision_tower_skipped"] == "--language-model-only"
     assert built["budget_bytes"]["weights"] - skipped["budget_bytes"]["weights"] == found["tower_bytes_per_rank"]
 
@@ -396,18 +404,12 @@ def test_a_tower_the_engine_does_not_build_leaves_the_measured_weights(tmp_path)
 def test_a_data_parallel_tower_is_budgeted_whole_from_the_headers(tmp_path):
     """mm-encoder-tp-mode data on a class that runs it (a Qwen2.5-VL architecture over the tiny model): the headers'
     whole tower (tower_bytes) replaces each rank's share of it."""
-    gen = sample_checkpoints.generator
-    config = dict(sample_checkpoints.TINY_HY3, architectures=["Qwen2_5_VLForConditionalGeneration"], vision_config={
-        "depth": 2, "hidden_act": "silu", "hidden_size": 64, "intermediate_size": 128, "num_heads": 2,
-        "out_hidden_size": 128, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2})
-    tower = [("visual.blocks.%d.mlp.up_proj.weight" % i, "BF16", [128, 64]) for i in range(2)]
-    gen.write_checkpoint(str(tmp_path / "vl"), gen.hy3_tensors("bf16", config) + tower, config, 200_000)
-    tiers = [{"name": "bf16", "weights_dir": str(tmp_path / "vl")}]
+    tiers = tiny_vl_tiers(tmp_path / "vl", architectures=["Qwen2_5_VLForConditionalGeneration"])
     split = run_module(engine_budget.main, args(tiers, engine_version="0.30.0")).result
     whole = run_module(engine_budget.main, args(tiers, engine_version="0.30.0",
                                                 engine_config={"mm-encoder-tp-mode": "data"})).result
     found = split["weight_dirs"][0]
-    assert found["tower_bytes"] == 2 * 128 * 64 * 2 and found["tower_bytes_per_rank"] == found["tower_bytes"] // 2
+    assert found["tower_bytes"] == TINY_TOWER_BYTES and found["tower_bytes_per_rank"] == TINY_TOWER_BYTES // 2
     assert whole["budget_bytes"]["weights"] - split["budget_bytes"]["weights"] == found["tower_bytes"] // 2
     assert "mm_encoder_tp_mode=data" in whole["calibration_fields"]["engine_config"]
 
