@@ -1692,7 +1692,8 @@ def cudagraph_bytes(profile, tp, settings, act_bytes=2):
     graphs, sizes = cudagraph_count(settings, profile)
     if not graphs:
         return 0
-    first = forward_bytes(profile, tp, sizes[-1], act_bytes)
+    full = cudagraph_plan(settings, profile)[1]
+    first = max(forward_bytes(profile, tp, sizes[-1], act_bytes), fa_mla_split_accumulator_bytes(profile, tp, settings, full))
     layer_graphs = graphs * profile["num_hidden_layers"]
     layer_graphs += drafter_graph_count(settings, profile, (graphs, sizes)) * draft_kv_layers(profile, settings)
     per_layer = COPIES["graph_per_layer"] + (COPIES["graph_per_layer_nccl"] if nccl_in_graphs(tp, settings) else 0)
@@ -1701,6 +1702,28 @@ def cudagraph_bytes(profile, tp, settings, act_bytes=2):
 
 
 INDEXER_LOGIT_BYTES = 4          # fp32
+# FlashAttention-3's MLA decode (FLASH_ATTN_MLA: vLLM's first MLA backend on SM 9.x, for a 16-bit KV cache alone;
+# platforms/cuda.py and v1/attention/backends/mla/flashattn_mla.py, 0.24 - 0.34) splits a full graph's decode over
+# flash_attn_max_num_splits_for_cuda_graph (config/attention.py: 32) and allocates its fp32 accumulators inside the
+# capture: [splits, the rank's heads, tokens, kv_lora_rank] and their log-sum-exp [splits, heads, tokens]. The largest
+# full graph is captured first and its pool keeps them, so the estimate's first full capture holds them. The
+# llm-d-planner v0.19.0 DEBUG logs print it: DeepSeek-V2-Lite on one H100, a 522 MiB first full capture against the
+# 513 MiB of 32 x 16 heads x 512 tokens x (512 + 1) x 4 bytes.
+FA_MLA_SPLITS = 32
+FA_MLA_SINCE = (0, 19, 0)
+
+
+def fa_mla_split_accumulator_bytes(profile, tp, settings, full_sizes):
+    """FLASH_ATTN_MLA's split accumulators in the largest full graph (see FA_MLA_SPLITS); 0 for other attention, a
+    sparse (indexed) MLA, an fp8 KV cache (settings kv_dtype_bytes), other GPUs and engines, or no full graph."""
+    mla = profile.get("mla")
+    backend = settings.get("attention_backend")
+    if (not mla or mla.get("indexer") or not full_sizes or (_capability(settings) or (0,))[0] != 9
+            or (settings.get("kv_dtype_bytes") or 2) < 2 or _version(settings) < FA_MLA_SINCE
+            or backend not in (None, "FLASH_ATTN_MLA")):
+        return 0
+    heads = kv_layout.cdiv(profile["num_attention_heads"], tp)
+    return FA_MLA_SPLITS * heads * max(full_sizes) * (mla["kv_lora_rank"] + 1) * INDEXER_LOGIT_BYTES
 
 
 def indexer_piecewise_standin_bytes(profile, settings, piecewise_sizes):

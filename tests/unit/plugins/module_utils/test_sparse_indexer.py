@@ -178,3 +178,27 @@ def test_deepseek_v4_s_attention_takes_no_flashinfer_workspace():
     blackwell = engine("0.25.1", gpu_name="NVIDIA B200")
     assert engine_memory.attention_backend(v4, blackwell) == engine_memory.MLA_BACKEND
     assert engine_memory.flashinfer_workspace_bytes(v4, 1, blackwell) == 0
+
+
+DSV2_LITE_ID = "moe-deepseek-v2-lite-h100-tp1-v0190"
+DSV2_LITE = model_profile(next(c for c in kv_accuracy.load_cases(kv_accuracy.CASES)
+                               if c["id"] == DSV2_LITE_ID)["model"]["config"])
+
+
+def test_flashattention_mla_keeps_its_split_accumulators_in_the_first_full_graph():
+    """DeepSeek-V2-Lite (dense MLA, 16 heads, kv_lora_rank 512) on an H100: FLASH_ATTN_MLA's 32-way split of the
+    512-token full graph keeps fp32 [32, heads, 512, 512 + 1] (513 MiB at TP 1; the v0.19.0 DEBUG log prints a 522 MiB
+    first full capture); the heads split by TP; none with an fp8 cache (another backend), off SM 9.x, for a
+    backend the run names, or before 0.19."""
+    hopper = {"version": "0.19.0", "gpu_name": "NVIDIA H100 80GB HBM3"}
+    full = [8, 512]
+    assert engine_memory.fa_mla_split_accumulator_bytes(DSV2_LITE, 1, hopper, full) == 32 * 16 * 512 * 513 * 4
+    assert engine_memory.fa_mla_split_accumulator_bytes(DSV2_LITE, 4, hopper, full) == 32 * 4 * 512 * 513 * 4
+    for other in ({"kv_dtype_bytes": 1}, {"gpu_name": "NVIDIA A100-SXM4-80GB"}, {"attention_backend": "FLASHMLA"},
+                  {"version": "0.18.0"}):
+        assert engine_memory.fa_mla_split_accumulator_bytes(DSV2_LITE, 1, dict(hopper, **other), full) == 0
+    assert engine_memory.fa_mla_split_accumulator_bytes(DSV2_LITE, 1, hopper, []) == 0
+    assert engine_memory.fa_mla_split_accumulator_bytes(GLM52, 4, hopper, full) == 0          # sparse MLA
+    settings = dict(hopper, max_num_seqs=1024, max_num_batched_tokens=8192)
+    assert engine_memory.cudagraph_bytes(DSV2_LITE, 1, settings) - engine_memory.cudagraph_bytes(
+        DSV2_LITE, 1, dict(settings, kv_dtype_bytes=1)) > 400 * MIB
