@@ -463,7 +463,7 @@ def cudagraph_accuracy(cases):
         result = predict(case, weights_from_log=True)
         profile = model_profile(case["model"]["config"], source=case["id"])
         settings = dict(result["engine"], max_num_seqs=result["max_num_seqs"],
-                        kv_dtype_bytes=1 if "fp8" in str(result["kv_cache_dtype"]) else 2)
+                        kv_dtype_bytes=budget.KV_DTYPE_BYTES.get(result["kv_cache_dtype"], 2))
         modelled = engine_memory.cudagraph_bytes(profile, result["tensor_parallel_size"], settings) / GIB
         errors.append(abs(modelled - printed))
     return errors

@@ -1689,10 +1689,10 @@ def cudagraph_bytes(profile, tp, settings, act_bytes=2):
     per-layer pieces, so the total grows with graphs x layers (the drafter's graphs x its layers), by more where the
     graphs capture NCCL's all-reduce (nccl_in_graphs); FlashInfer's workspaces are allocated by the first full
     graph's capture (flashinfer_workspace_bytes)."""
-    graphs, sizes = cudagraph_count(settings, profile)
+    sizes, full = cudagraph_plan(settings, profile)
+    graphs = len(sizes) + len(full)
     if not graphs:
         return 0
-    full = cudagraph_plan(settings, profile)[1]
     first = max(forward_bytes(profile, tp, sizes[-1], act_bytes), fa_mla_split_accumulator_bytes(profile, tp, settings, full))
     layer_graphs = graphs * profile["num_hidden_layers"]
     layer_graphs += drafter_graph_count(settings, profile, (graphs, sizes)) * draft_kv_layers(profile, settings)
@@ -1710,6 +1710,7 @@ INDEXER_LOGIT_BYTES = 4          # fp32
 # llm-d-planner v0.19.0 DEBUG logs print it: DeepSeek-V2-Lite on one H100, a 522 MiB first full capture against the
 # 513 MiB of 32 x 16 heads x 512 tokens x (512 + 1) x 4 bytes.
 FA_MLA_SPLITS = 32
+FA_MLA_ACCUMULATOR_BYTES = 4     # fp32
 FA_MLA_SINCE = (0, 19, 0)
 
 
@@ -1723,7 +1724,7 @@ def fa_mla_split_accumulator_bytes(profile, tp, settings, full_sizes):
             or backend not in (None, "FLASH_ATTN_MLA")):
         return 0
     heads = kv_layout.cdiv(profile["num_attention_heads"], tp)
-    return FA_MLA_SPLITS * heads * max(full_sizes) * (mla["kv_lora_rank"] + 1) * INDEXER_LOGIT_BYTES
+    return FA_MLA_SPLITS * heads * max(full_sizes) * (mla["kv_lora_rank"] + 1) * FA_MLA_ACCUMULATOR_BYTES
 
 
 def indexer_piecewise_standin_bytes(profile, settings, piecewise_sizes):
