@@ -33,6 +33,10 @@ RECORDS_SOURCE = ("https://github.com/ashishkamra/vllm-memory-estimator/blob/8b0
 RECORDS = os.path.join(ROOT, "bench", "kv_corpus", "records")
 RECORD_CONFIGS = os.path.join(ROOT, "bench", "kv_corpus", "record_configs.yaml")
 ACCELERATORS = {"H200": "NVIDIA H200", "B200": "NVIDIA B200"}
+# Upstream builds (a version without a local "+" part) ran vLLM's own image, which installs flashinfer-python
+# (docker/Dockerfile); engines before this release sample with it wherever it imports (engine_memory's
+# FLASHINFER_SAMPLER_OPT_IN_SINCE). Red Hat's +rhai builds are not known to ship it: left to the budget's default.
+UPSTREAM_IMAGE_FLASHINFER_SAMPLER_UNTIL = (0, 11, 1)
 
 
 def model_configs(cases, extra):
@@ -83,6 +87,15 @@ def settings_of(log_config, memory, args):
     }
 
 
+def upstream_image_flashinfer(build):
+    """True where the record's build is an upstream release that samples with the FlashInfer its image installs
+    (UPSTREAM_IMAGE_FLASHINFER_SAMPLER_UNTIL), else None (not known)."""
+    release = re.match(r"v?(\d+)\.(\d+)\.(\d+)$", build)
+    if release and tuple(int(part) for part in release.groups()) < UPSTREAM_IMAGE_FLASHINFER_SAMPLER_UNTIL:
+        return True
+    return None
+
+
 def case_of(uuid, record, model_config, totals):
     meta, log_config, memory = record["csv_metadata"], record["log_config"], record["log_memory"]
     version = re.match(r"v?(\d+\.\d+\.\d+)", log_config["vllm_version"]).group(1)
@@ -92,6 +105,14 @@ def case_of(uuid, record, model_config, totals):
     case_id = "%s-%s-%s-tp%d-v%s-rh%s" % (kind, name, meta["accelerator"].lower(), meta["tp"],
                                           version.replace(".", ""), uuid[:8])
     gpu = ACCELERATORS[meta["accelerator"]]
+    settings = settings_of(log_config, memory, runtime_args(meta["runtime_args"]))
+    inferred = {"gpu": "the record names the accelerator; its total is what vLLM prints for it in the corpus",
+                "defaults": "max_num_seqs, max_num_batched_tokens and block_size not on the command line: the "
+                            "engine's defaults"}
+    if upstream_image_flashinfer(log_config["vllm_version"]):
+        settings["flashinfer_sampler"] = True
+        inferred["flashinfer_sampler"] = ("an upstream %s build: vLLM's image installs flashinfer-python, which this "
+                                          "release's sampler takes wherever it imports" % log_config["vllm_version"])
     return {
         "id": case_id, "source": RECORDS_SOURCE, "evidence": "parsed_from_log",
         "source_note": "record %s: %s on %d x %s, vLLM %s, command line: %s" % (
@@ -99,10 +120,8 @@ def case_of(uuid, record, model_config, totals):
         "engine_version": version,
         "gpu": {"name": gpu, "memory_gib": totals[gpu], "count_used": meta["tp"]},
         "model": {"name": meta["model"], "config": config, "config_source": config_source},
-        "settings": settings_of(log_config, memory, runtime_args(meta["runtime_args"])),
-        "inferred": {"gpu": "the record names the accelerator; its total is what vLLM prints for it in the corpus",
-                     "defaults": "max_num_seqs, max_num_batched_tokens and block_size not on the command line: the "
-                                 "engine's defaults"},
+        "settings": settings,
+        "inferred": inferred,
         "engine_reported": {
             "model_loading_gib": memory.get("model_load_gib"),
             "available_kv_cache_gib": memory.get("available_kv_cache_gib"),

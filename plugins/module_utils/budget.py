@@ -491,14 +491,15 @@ def evaluate_stage(state, ctx, share, overhead):
     kv_dtype_bytes = kv_cache_dtype_bytes(ctx, tier)
     # Header-measured bytes are exact; the parameter arithmetic is the floor when there are none. Either is
     # the checkpoint's size; what loading adds to it (not when the bytes are the engine's own "Model loading took"
-    # figure, tier weights_as_loaded): MXFP4 experts grow when their kernel pads them, and Hopper's sparse-MLA
-    # backend reserves its prefill workspace while the model is built.
+    # figure, tier weights_as_loaded): MXFP4 experts grow when their kernel pads them, Hopper's sparse-MLA
+    # backend reserves its prefill workspace while the model is built, and the rope tables are built then.
     padding = 0
     if not tier.get("weights_as_loaded"):
         loading = state_settings(engine, state, kv_dtype_bytes=kv_dtype_bytes)
         padding = (engine_memory.expert_padding_bytes(profile, tp, engine,
                                                       effective_bits(tier["bits"], profile.get("quantization")))
-                   + engine_memory.sparse_mla_load_workspace_bytes(profile, tp, loading))
+                   + engine_memory.sparse_mla_load_workspace_bytes(profile, tp, loading)
+                   + engine_memory.rope_table_bytes(profile, model_dtype_bytes))
     weights = (measured if measured else nominal) + padding
     lines, source, entry = overhead
     available = int(engine["kv_cache_memory_bytes"]) if source == OVERHEAD_EXPLICIT_KV else ctx["engine_bytes"] - weights - lines["total"]

@@ -103,11 +103,13 @@ COPIES = {
 # says "FlashInfer is not available. Falling back to the PyTorch-native implementation of top-p & top-k sampling",
 # the docker image's "Using FlashInfer for top-p & top-k sampling"). Where the host does not tell, the sort is
 # taken: the larger amount, the safe side, and what the pip installs print. From then on FlashInfer's sampler
-# is opt-in (VLLM_USE_FLASHINFER_SAMPLER=1; the source says so from 0.11.1, and the corpus's v0.11.0 docker-image
-# logs, FlashInfer inside, show the sort's amount already), so the engine sorts until LEAN_SAMPLER_SINCE; from
-# FLASHINFER_SAMPLER_DEFAULT_SINCE FlashInfer's is the default again (vLLM PR #40376, envs.py 0.21.0).
+# is opt-in (VLLM_USE_FLASHINFER_SAMPLER=1; topk_topp_sampler.py from 0.11.1: 0.11.0's still takes it wherever it
+# imports, and the upstream v0.11.0 image's starts in the corpus records, FlashInfer inside, show its amount, 2.5 -
+# 3.5 GiB more KV cache than the sort leaves, while Red Hat's v0.11.0+rhai builds and pip installs, where it does not
+# import, show the sort's), so the engine sorts until LEAN_SAMPLER_SINCE; from FLASHINFER_SAMPLER_DEFAULT_SINCE
+# FlashInfer's is the default again (vLLM PR #40376, envs.py 0.21.0).
 LEAN_SAMPLER_SINCE = (0, 17, 0)
-FLASHINFER_SAMPLER_OPT_IN_SINCE = (0, 11, 0)
+FLASHINFER_SAMPLER_OPT_IN_SINCE = (0, 11, 1)
 FLASHINFER_SAMPLER_DEFAULT_SINCE = (0, 21, 0)
 # Engines from about v0.11 count NCCL's lazily allocated buffers against the KV cache: a few tenths of a GiB
 # a rank on v0.11 - v0.17 (the v0.15.1 TP 4 / TP 8 runs fit the small amount), about 1.9 GiB from v0.18
@@ -2274,6 +2276,12 @@ def indexer_logits_standin_bytes(profile, positions, settings):
 
 def _lcm(a, b):
     return a * b // math.gcd(a, b)
+
+
+def rope_table_bytes(profile, dtype_bytes):
+    """The rotary embeddings' cos/sin tables (model_config's profile rope_tables), cast to the model's dtype when built
+    (rotary_embedding/base.py): every rank holds them whole, beside its share of the weights."""
+    return sum(table["positions"] * table["width"] * dtype_bytes for table in profile.get("rope_tables") or ())
 
 
 def sparse_mla_load_workspace_bytes(profile, tp, settings):

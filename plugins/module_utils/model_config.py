@@ -295,6 +295,7 @@ def _model_profile(config, source):
     profile["vision"] = _vision(config, hidden, reader)
     profile["vision_params"] = vision_tower_params(config, hidden)
     profile["vision_replicated"] = (config.get("vision_config") or {}).get("model_type") in REPLICATED_VISION_TYPES
+    profile["rope_tables"] = _rope_tables(reader, profile)
     profile["params"] = count_params(profile)
     profile["guessed"] = reader.guessed
     profile["warnings"] = reader.warnings
@@ -528,6 +529,93 @@ def _context(reader):
                 derived = rope["original_max_position_embeddings"]
             derived = int(derived * (rope.get("factor") or 1.0))
     return derived
+
+
+# Families whose attention takes no rotary embedding (learned or ALiBi positions, or none: Jamba's, Nemotron-H's and
+# Kimi-Linear's attention layers), so they build no cos/sin table (their vLLM classes never call get_rope).
+NO_ROPE_MODEL_TYPES = ("opt", "gpt2", "gpt_bigcode", "bloom", "mpt", "jamba", "nemotron_h", "kimi_linear", "mamba",
+                       "mamba2", "falcon_mamba")
+# How many positions a rope type's cos/sin table spans (vllm/model_executor/layers/rotary_embedding, the same
+# from 0.11 to 0.34): the config's max_position_embeddings, that times the factor (linear, dynamic NTK), or the
+# original length times it (YaRN, DeepSeek's YaRN); LongRoPE keeps a short and a long table.
+ROPE_SPAN_BY_FACTOR = ("linear", "dynamic")
+ROPE_SPAN_BY_ORIGINAL = ("yarn", "deepseek_yarn", "deepseek_llama_scaling")
+ROPE_SPAN_SHORT_AND_LONG = ("longrope", "su")
+# MRoPE (Qwen2-VL and its successors) builds its table four times longer, for long videos' position ids (mrope.py).
+MROPE_SPAN = 4
+
+
+def _rope_tables(reader, profile):
+    """The cos/sin tables the model builds while it loads: one per distinct rope of its attention layers (vLLM's
+    get_rope shares a table between layers with the same rope), each {"positions", "width"}: a table of positions x
+    width values in the model's dtype, kept on the GPU as a buffer and so inside "Model loading took" but in no
+    checkpoint file. Llama 4's 10M-position table is 2.5 GiB; Gemma 3's linear x8 one 0.5 GiB."""
+    cfg = reader.config
+    if reader.family_in(NO_ROPE_MODEL_TYPES) or cfg.get("alibi") or \
+            cfg.get("position_embedding_type") not in (None, "rope"):
+        return []
+    positions = cfg.get("max_position_embeddings")
+    if not isinstance(positions, int) or isinstance(positions, bool) or positions <= 0:
+        return []
+    mla = profile.get("mla")
+    head = mla["qk_rope_head_dim"] if mla else cfg.get("qk_rope_head_dim") or profile["head_dim"]
+    kinds = set(profile["layer_types"]) & set(ATTENTION_KINDS)
+    tables = []
+    for kind, rope in _ropes_by_layer_kind(reader, kinds):
+        size = (profile.get("kv_shapes") or {}).get(kind, {}).get("head_dim", head) if not mla else head
+        table = _rope_table(rope, size, positions, cfg)
+        if table and table not in tables:
+            tables.append(table)
+    return tables
+
+
+# Gemma 3 ropes its sliding layers with the default rope at rope_local_base_freq (transformers' default 10000),
+# whatever rope_scaling its global layers take (gemma3.py, 0.11 - 0.34).
+LOCAL_ROPE_FAMILIES = ("gemma3", "gemma3_text")
+LOCAL_ROPE_BASE = 10000.0
+
+
+def _ropes_by_layer_kind(reader, kinds):
+    """(layer kind, rope parameters) for each attention kind the model has: a transformers 5 config keys its
+    rope_parameters by layer type (Gemma 3 and 4); an older Gemma 3's local layers take LOCAL_ROPE_FAMILIES' rope."""
+    cfg = reader.config
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    if not isinstance(rope, dict):
+        return []
+    if rope and all(isinstance(value, dict) for value in rope.values()):
+        return [(kind, rope.get(kind) or {}) for kind in sorted(kinds)]
+    pairs = []
+    for kind in sorted(kinds):
+        if kind == LAYER_SLIDING and reader.family_in(LOCAL_ROPE_FAMILIES):
+            pairs.append((kind, {"rope_type": "default",
+                                 "rope_theta": cfg.get("rope_local_base_freq") or LOCAL_ROPE_BASE}))
+        else:
+            pairs.append((kind, dict({"rope_theta": cfg.get("rope_theta")}, **rope)))
+    return pairs
+
+
+def _rope_table(rope, head, positions, cfg):
+    """{"positions", "width", "theta", "type"} of one rope's table (its theta and type keep two ropes of one shape
+    apart, as get_rope's key does), None for a rope the reader cannot size."""
+    kind = rope.get("rope_type") or rope.get("type") or "default"
+    factor = rope.get("factor") or 1.0
+    original = rope.get("original_max_position_embeddings") or positions
+    partial = rope.get("partial_rotary_factor") or cfg.get("partial_rotary_factor") or cfg.get("rotary_pct") or 1.0
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in (factor, original, partial)):
+        return None
+    # Gemma 4's proportional rope pads the unrotated dimensions into a full head-wide table (gemma4_rope.py)
+    width = head if kind == "proportional" else int(head * min(partial, 1.0))
+    if kind in ROPE_SPAN_BY_FACTOR and not rope.get("alpha"):
+        span = int(positions * factor)
+    elif kind in ROPE_SPAN_BY_ORIGINAL:
+        span = int(original * factor)
+    elif kind in ROPE_SPAN_SHORT_AND_LONG:
+        span = original + positions
+    else:
+        span = positions
+    if rope.get("mrope_section") or kind == "mrope":
+        span *= MROPE_SPAN
+    return {"positions": span, "width": width, "theta": rope.get("rope_theta"), "type": kind}
 
 
 def _moe(reader, layers):

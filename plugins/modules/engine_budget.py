@@ -407,7 +407,7 @@ engine:
     group's GPUs have active NVLink links, from the facts, or null), fully_connected (whether every pair of them is
     NVLink-connected, or null), p2p (whether they have peer-to-peer access to each other, or null), nnodes (the
     nodes of a group's launch), max_num_batched_tokens (and whether it is the engine's default), enforce_eager,
-    flashinfer_sampler (whether the profile run samples with FlashInfer; null for engines before v0.11 whose
+    flashinfer_sampler (whether the profile run samples with FlashInfer; null for engines before v0.11.1 whose
     FlashInfer install is not known, budgeted with the sort),
     cudagraph_counted, v0_engine (whether vLLM's V0 engine runs, as before v0.8), model_runner_v2 (the model
     runner O(engine_environment) picks; null, the engine's own choice), environment (the modelled variables

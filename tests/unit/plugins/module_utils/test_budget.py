@@ -751,10 +751,12 @@ def test_the_sampler_follows_the_engine_version_and_the_model_dtype():
     ("0.10.1", True, None, True, False),          # installed (the docker image): used
     ("0.7.3", True, None, False, True),           # the V0 engine's sampler: opt-in
     ("0.6.3", None, {"VLLM_USE_FLASHINFER_SAMPLER": "1"}, True, False),
-    ("0.11.0", None, None, False, True),          # opt-in: the v0.11.0 image logs show the sort
-    ("0.11.0", True, None, False, True),
-    ("0.11.0", True, {"VLLM_USE_FLASHINFER_SAMPLER": "1"}, True, False),
-    ("0.11.0", False, {"VLLM_USE_FLASHINFER_SAMPLER": "1"}, False, True),    # nothing there to opt into
+    ("0.11.0", True, None, True, False),          # still taken wherever it imports (the upstream image)
+    ("0.11.0", None, None, None, True),
+    ("0.11.1", None, None, False, True),          # opt-in from 0.11.1
+    ("0.11.2", True, None, False, True),
+    ("0.11.2", True, {"VLLM_USE_FLASHINFER_SAMPLER": "1"}, True, False),
+    ("0.11.2", False, {"VLLM_USE_FLASHINFER_SAMPLER": "1"}, False, True),    # nothing there to opt into
     ("0.15.1", True, {"VLLM_USE_FLASHINFER_SAMPLER": "0"}, False, True),
     ("0.17.0", False, None, False, False),        # the Triton top-k / top-p kernel sorts nothing
     ("0.20.0", True, {"VLLM_USE_FLASHINFER_SAMPLER": "FALSE"}, False, False),   # not an integer: the default
@@ -969,10 +971,11 @@ def test_pipeline_stages_are_listed_and_the_smallest_cache_is_kept():
     r = budget.plan(profile, tiers, gpus_of(16, 140, 140), max_model_len=4096, max_num_seqs=1024,
                     pipeline_parallel_size=2, engine={"version": "0.19.0", "max_num_batched_tokens": 2048})
     stages = r["budget_bytes"]["stages"]
-    assert [s["weights"] for s in stages] == [70 * GIB, 68 * GIB]          # as loaded, per stage
+    rope = engine_memory.rope_table_bytes(profile, 2)                      # each stage builds its rope table
+    assert [s["weights"] for s in stages] == [70 * GIB + rope, 68 * GIB + rope]    # per stage
     assert stages[1]["overhead"] > stages[0]["overhead"]                   # the sampler on the last
     assert r["budget_bytes"]["kv_cache_blocks"] == min(s["kv_cache_blocks"] for s in stages)
-    assert r["budget_gib"]["stages"][0]["weights"] == 70.0
+    assert r["budget_gib"]["stages"][0]["weights"] == round((70 * GIB + rope) / GIB, 2)
 
 
 def test_further_engine_config_is_read_the_way_vllm_reads_it():

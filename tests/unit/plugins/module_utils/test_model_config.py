@@ -8,12 +8,19 @@ counts as "active" (Mixtral counts it, DeepSeek and Qwen leave it out; the count
 it), so totals must be within 1% and active counts within 2%.
 """
 import json
+import os
+import sys
 
 import pytest
 
 from ansible_collections.hy3.fleet.plugins.module_utils import budget, checkpoint, engine_memory, kv_layout
 from ansible_collections.hy3.fleet.plugins.module_utils.model_config import (
     ModelConfigError, count_params, model_profile, read_model_profile)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+import kv_accuracy  # noqa: E402  pylint: disable=wrong-import-position
 
 # https://huggingface.co/tencent/Hy3-preview (config.json; shared/notes/hy3-checkpoint.md)
 HY3 = {
@@ -1284,3 +1291,48 @@ def test_trtllm_padding_is_at_the_experts_width_on_their_own_layers_and_matrices
     settings = {"gpu_name": "NVIDIA B200", "version": "0.24.0"}
     assert engine_memory.expert_padding_bytes(p, 4, settings, 16) == 1024 * (768 - 672) * 2 * 512 * 40 * 2
     assert engine_memory.expert_padding_bytes(p, 4, dict(settings, version="0.23.0"), 16) == 0
+
+
+def _table_bytes(config):
+    return engine_memory.rope_table_bytes(model_profile(config), 2)
+
+
+@pytest.mark.parametrize("rope, positions", [
+    ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+      "original_max_position_embeddings": 8192}, 131072),                        # the context as it stands
+    ({"rope_type": "linear", "factor": 8.0}, 8 * 131072),                         # the context times the factor
+    ({"type": "dynamic", "factor": 2.0}, 2 * 131072),
+    ({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}, 4 * 32768),   # the original length
+    ({"type": "longrope", "short_factor": [1.0], "long_factor": [2.0], "original_max_position_embeddings": 4096},
+     4096 + 131072),                                                              # a short table and a long one
+    ({"type": "mrope", "mrope_section": [16, 24, 24]}, 4 * 131072),              # MRoPE: four times, for videos
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768, "mrope_section": [16, 24, 24]},
+     4 * 4 * 32768),
+])
+def test_a_rope_table_spans_the_positions_its_type_builds(rope, positions):
+    """rotary_embedding/*.py (0.11 - 0.34): the cos/sin table's length by rope type, cast to the model's dtype."""
+    assert _table_bytes(dict(LLAMA_31_8B, rope_scaling=rope)) == positions * 128 * 2
+
+
+def test_rope_tables_are_loaded_with_the_weights_but_are_in_no_checkpoint():
+    """Llama 4 Scout's 10M-position table is 2.5 GiB on every rank, inside "Model loading took" (53.12 GiB a rank at
+    TP 4 on vLLM 0.19, 2.93 GiB over what its parameters give); Gemma 3's global layers build a linear x8 table
+    beside their sliding layers' own; layers that share a rope share its table; DeepSeek's MLA ropes only its
+    64-wide part; families without rotary positions build none."""
+    scout = next(c for c in kv_accuracy.load_cases(kv_accuracy.CASES) if c["id"] == "moe-llama4-scout-h100-tp4-v0190")
+    assert _table_bytes(scout["model"]["config"]) == 10485760 * 128 * 2
+    gemma3 = next(c for c in kv_accuracy.load_cases(kv_accuracy.CASES) if c["id"] == "dense-gemma3-4b-h100-v0190-sw")
+    assert _table_bytes(gemma3["model"]["config"]) == (8 * 131072 + 131072) * 256 * 2
+    assert _table_bytes(LLAMA_31_70B) == _table_bytes(LLAMA_31_8B) == 131072 * 128 * 2     # one table for 80 layers
+    assert _table_bytes(DEEPSEEK_V3) == 40 * 4096 * 64 * 2
+    # Gemma 4's proportional rope pads a full head-wide table for its 512-wide full layers, 256 for the sliding ones
+    assert _table_bytes(GEMMA4_E4B) == 131072 * (512 + 256) * 2
+    assert _table_bytes(dict(LLAMA_31_8B, partial_rotary_factor=0.25)) == 131072 * 32 * 2
+    for config in (GPT2, dict(LLAMA_31_8B, model_type="jamba"), dict(LLAMA_31_8B, position_embedding_type="nope"),
+                   dict(FALCON_7B, alibi=True)):
+        assert _table_bytes(config) == 0
+    # on a host (weights from the checkpoint) the budget loads the table beside them; the engine's own figure has it
+    on_a_host = kv_accuracy.predict(scout)["budget_bytes"]
+    as_loaded = kv_accuracy.predict(scout, weights_from_log=True)["budget_bytes"]
+    assert on_a_host["weights_padding"] == 10485760 * 128 * 2 and as_loaded["weights_padding"] == 0
+    assert abs(on_a_host["weights"] / 2 ** 30 - 53.12) < 0.5
