@@ -453,7 +453,9 @@ def evaluate(state, ctx):
               for share, t in zip(shares, tables)]
     return dict(tightest, kv_cache_tokens=tightest["kv_cache_tokens"] and min(t["kv_cache_tokens"] for t in caching),
                 max_concurrency=tightest["max_concurrency"] and min(t["max_concurrency"] for t in caching),
-                starts=all(t["starts"] for t in tables), headroom=min(t["headroom"] for t in tables), stages=stages)
+                starts=all(t["starts"] for t in tables), kv_starts=all(t["kv_starts"] for t in tables),
+                after_kv=max(t["after_kv"] for t in tables), room_after_kv=min(t["room_after_kv"] for t in tables),
+                headroom=min(t["headroom"] for t in tables), stages=stages)
 
 
 def kv_policies(ctx, model_dtype_bytes, kv_dtype_bytes):
@@ -516,6 +518,9 @@ def evaluate_stage(state, ctx, share, overhead):
     cap = kv_layout.capacity(layout, available, engine.get("tokens_from_concurrency", True))
     one_request = kv_layout.startup_check_bytes(layout)
     needed = kv_layout.bytes_for_requests(layout, state["max_num_seqs"])
+    # what is left outside the request once the engine runs: its graphs and warm-up, where not counted, land there
+    after_kv = lines.get("after_kv") or 0
+    room_after_kv = ctx["free_min"] - ctx["engine_bytes"] - engine_memory.startup_bytes(tp, engine)
     return {
         "free": ctx["free_min"],
         "engine_request": ctx["engine_bytes"],
@@ -541,19 +546,22 @@ def evaluate_stage(state, ctx, share, overhead):
         "kv_one_request": one_request,
         "kv_needed": needed,
         "headroom": available - needed,
+        "after_kv": after_kv,
+        "room_after_kv": room_after_kv,
         "kv_bytes_per_token": int(round(kv_layout.bytes_per_token(layout))),
         "kv_block_size": layout["block_size"],        # a hybrid engine's attention block, grown to hold one state
         "kv_cache_tokens": cap["tokens"],
         "kv_cache_blocks": cap["num_blocks"],
         "max_concurrency": cap["max_concurrency"],
         # vLLM keeps one block back (the null block) before checking that one request fits.
-        "starts": available - layout["bytes_per_block"] >= one_request,
+        "kv_starts": available - layout["bytes_per_block"] >= one_request,
+        "starts": available - layout["bytes_per_block"] >= one_request and (not after_kv or after_kv <= room_after_kv),
     }
 
 
 # Keys of a budget table that are counts or labels, not byte amounts.
 NOT_BYTES = ("kv_bytes_per_token", "kv_block_size", "kv_cache_tokens", "kv_cache_blocks", "max_concurrency", "starts",
-             "overhead_source", "calibrated_by")
+             "kv_starts", "overhead_source", "calibrated_by")
 
 
 def _fits(table):
@@ -897,8 +905,16 @@ def _verdicts(table, max_num_seqs):
     target = ("%s the target: %d requests need %.2f GiB, expected concurrency %.2f"
               % ("meets" if table["headroom"] >= 0 else "misses", max_num_seqs, table["kv_needed"] / GIB,
                  table["max_concurrency"]))
+    if table["starts"]:
+        note = starts
+    elif table.get("kv_starts", True) is False:
+        note = "does not " + starts
+    else:
+        note = ("does not start: after the KV cache, the CUDA graphs and the sampler's warm-up need %.2f GiB outside "
+                "the requested memory, %.2f GiB is there (lower gpu_memory_utilization or max_num_seqs, or "
+                "enforce_eager)" % (table["after_kv"] / GIB, table["room_after_kv"] / GIB))
     return {"starts": table["starts"], "meets_target": table["starts"] and table["headroom"] >= 0,
-            "starts_note": starts if table["starts"] else "does not " + starts, "target_note": target}
+            "starts_note": note, "target_note": target}
 
 
 def _fitted(result, state, table):

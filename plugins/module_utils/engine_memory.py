@@ -1402,6 +1402,39 @@ ENGINE_STARTUP_BYTES = int(0.51 * GIB)
 ENGINE_STARTUP_BYTES_TP = int(1.53 * GIB)
 
 
+# A MIG slice's CUDA context follows its share of the board's SMs: "MIG 1g.5gb" is one of an A100's or H100's seven
+# compute slices (four on an A30 or an RTX PRO Blackwell board). The corpus's RTX PRO 4500 1g slices print 0.19 - 0.20
+# GiB in use at start against an H100's 0.51; a gemma-3-1b start on an A100 1g.5gb slice captured its 0.39 GiB of
+# graphs outside utilization 0.86 and not outside 0.9.
+MIG_SLICE = re.compile(r"\bmig (\d+)g\.")
+MIG_COMPUTE_SLICES = (("a30", 4), ("rtx pro", 4))
+MIG_COMPUTE_SLICES_DEFAULT = 7
+
+
+def context_bytes(gpu_name):
+    """The CUDA context of one engine process on this GPU (ENGINE_STARTUP_BYTES; a MIG slice's share of it)."""
+    name = (gpu_name or "").lower()
+    mig = MIG_SLICE.search(name)
+    if not mig:
+        return ENGINE_STARTUP_BYTES
+    slices = next((count for key, count in MIG_COMPUTE_SLICES if key in name), MIG_COMPUTE_SLICES_DEFAULT)
+    return ENGINE_STARTUP_BYTES * min(int(mig.group(1)), slices) // slices
+
+
+def startup_bytes(tp, settings):
+    """What a rank holds before its first snapshot, outside every budgeted line: the CUDA context (context_bytes) and,
+    under tensor parallelism, NCCL's communicators, which hold NVLink channels (and NVLS buffers) only where the ranks
+    share NVLink (tensor_parallel_term; ENGINE_STARTUP_BYTES_TP in all); between PCIe boards the point-to-point
+    channels alone."""
+    context = context_bytes(settings.get("gpu_name"))
+    if tp <= 1:
+        return context
+    if tensor_parallel_term(tp, settings.get("version"), settings.get("gpu_name"), settings.get("nvlink")) in (
+            None, "tensor_parallel_channels"):
+        return context + int(COPIES["tensor_parallel_channels"])
+    return context + ENGINE_STARTUP_BYTES_TP - ENGINE_STARTUP_BYTES
+
+
 def extensible_margin_bytes(settings, tp, spare, transient_peak):
     """What the extensible KV cache (EXTENSIBLE_KV_CACHE_SINCE, CUDA) takes off the KV cache beyond the requested
     budget's own terms: its margin, max(1 GiB, 0.75 x the transient peak), counts against the memory free when the
@@ -1411,8 +1444,7 @@ def extensible_margin_bytes(settings, tp, spare, transient_peak):
     if not settings.get("extensible_kv_cache") or settings.get("platform") == "cpu":
         return 0
     margin = max(EXTENSIBLE_MARGIN_FLOOR, int(EXTENSIBLE_MARGIN_FRACTION * (transient_peak or 0)))
-    startup = ENGINE_STARTUP_BYTES_TP if tp > 1 else ENGINE_STARTUP_BYTES
-    return max(0, margin + startup - spare)
+    return max(0, margin + startup_bytes(tp, settings) - spare)
 
 
 def non_torch_bytes(profile, tp, settings):
@@ -2368,4 +2400,23 @@ def overhead(profile, tp, settings):
         "other_processes": other_processes_bytes(settings),
     }
     lines["total"] = sum(lines.values())
+    # not a line of the request: what the engine needs outside it once the KV cache is allocated
+    lines["after_kv"] = after_kv_bytes(profile, tp, settings, peak, sampler)
     return lines
+
+
+# An engine that does not count its CUDA graphs before sizing the KV cache (cudagraph_counted) captures them after,
+# outside its requested budget, and then warms its sampler up over max_num_seqs dummy requests, "after capture_model
+# on purpose" (V1 gpu_worker.py compile_or_warm_up_model, 0.8 - 0.34); the profile run's transient peak has been given
+# back by then. Where too little is left outside the request the start fails after the KV cache was allocated:
+# "CUDA out of memory occurred when warming up sampler", or an OOM in capture_model (a public v0.10.1.1 start of
+# gemma-3-1b on an A100 MIG 1g.5gb slice at utilization 0.9 allocated 1.40 GiB of KV cache, captured 0.39 GiB of
+# graphs and died; the same boot at 0.86 ran).
+def after_kv_bytes(profile, tp, settings, peak, sampler):
+    """What the V1 engine needs outside its requested budget after the KV cache is allocated: its uncounted CUDA
+    graphs, then the sampler's warm-up (sampler: the profile's sampler phase, none on a pipeline stage before the last),
+    less the transient peak (peak) the profile gave back; 0 where the graphs are counted, not captured, or on the V0
+    engine."""
+    if settings.get("enforce_eager") or settings.get("v0_engine") or cudagraph_counted(profile, settings):
+        return 0
+    return max(0, cudagraph_bytes(profile, tp, settings, settings.get("act_bytes") or 2) + sampler - peak)

@@ -387,7 +387,10 @@ max_concurrency:
   returned: always
   type: float
 starts:
-  description: Whether one request of max_model_len fits in the KV cache (the check vLLM makes at start).
+  description:
+    - Whether one request of max_model_len fits in the KV cache (the check vLLM makes at start) and, on an engine
+      that captures its CUDA graphs without counting them (before v0.21), whether the graphs and the sampler's
+      warm-up then fit in the memory left outside the requested budget (budget_gib after_kv, room_after_kv).
   returned: always
   type: bool
 meets_target:
@@ -425,7 +428,8 @@ budget_gib:
   description:
     - Budget lines per GPU in GiB - free, engine_request (ceil(total x utilization)), weights_nominal,
       weights_measured, weights_padding (what loading adds to the checkpoint's bytes - MXFP4 experts padded by
-      their kernel, the prefill workspace Hopper's sparse-MLA backend reserves), weights, activation_peak,
+      their kernel, the prefill workspace Hopper's sparse-MLA backend reserves, the rope tables built while
+      loading), weights, activation_peak,
       sampler_state, moe_workspace, attention_workspace (what the attention adds to the engine's shared workspace
       beyond the experts' request - DeepSeek-V4's prefill gather, a sparse indexer's prefill buffer), cold_compile
       (from v0.29 what a
@@ -434,11 +438,15 @@ budget_gib:
       counts them), encoder_profile (what a multimodal model's vision tower adds to the profile run's peak), non_torch, cudagraph,
       other_processes (other processes' memory on the GPU, where the engine measures device-wide and counts it), overhead (their sum, or
       the calibrated or overridden amount), warmup_margin (what vLLM 0.34's extensible KV cache keeps free beyond
-      them, 0 where the requested budget binds first), kv_available, kv_one_request, kv_needed, headroom.
+      them, 0 where the requested budget binds first), kv_available, kv_one_request, kv_needed, headroom,
+      after_kv (what an engine that does not count its CUDA graphs needs outside the requested memory once the KV
+      cache is allocated - its graphs, then its sampler's warm-up, less the profile's transient peak it gave back)
+      and room_after_kv (the free memory outside the request less the CUDA context).
     - Also overhead_source (V(model), V(calibrated), V(override), V(explicit_kv)), calibrated_by (host and time
       of the measurement used, or null), kv_bytes_per_token, kv_block_size (the attention block a hybrid
       mamba / linear-attention model grows to hold one state), kv_cache_tokens, kv_cache_blocks,
-      max_concurrency and starts.
+      max_concurrency, kv_starts (vLLM's own check - one max_model_len request fits the KV cache) and starts (that
+      check, and after_kv within room_after_kv).
     - Under pipeline parallelism (O(pipeline_parallel_size) > 1) the lines are the tightest stage's, and
       C(stages) lists every stage with stage, layers, weights, overhead (the last stage's profile run adds the
       sampler), kv_available and kv_cache_blocks.

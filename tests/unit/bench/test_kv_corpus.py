@@ -177,3 +177,10 @@ def test_a_record_becomes_a_case_with_its_command_line_and_a_corpus_config():
                                                                   "config_source": "the bf16 sibling"}})
     assert "quantization_config" not in derived["x/bf16"][0] and "quantization_config" in derived[
         "deepseek-ai/deepseek-r1-0528"][0]
+    # an upstream v0.11.0 build ran vLLM's image, whose FlashInfer that release samples with; Red Hat's are not known to
+    assert "flashinfer_sampler" not in case["settings"]
+    for build, flashinfer in (("v0.11.0", True), ("v0.11.0+rhai2", None), ("v0.11.2", None), ("v0.10.2", True)):
+        early = dict(record, log_config=dict(record["log_config"], vllm_version=build))
+        (converted,), left_out = records_from_db.convert({"records": {"c": early}}, [corpus])
+        assert not left_out
+        assert converted["settings"].get("flashinfer_sampler") is flashinfer

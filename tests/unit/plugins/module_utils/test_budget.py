@@ -1256,3 +1256,49 @@ def test_a_forced_v1_runner_is_budgeted_as_v1():
     assert engine_memory.model_runner_v2("0.25.1", HY3, forced=True) and not engine_memory.model_runner_v2("0.25.1", HY3)
     assert engine_memory.overhead_config_key({"environment": "VLLM_USE_V2_MODEL_RUNNER=0"}) == \
         "environment=VLLM_USE_V2_MODEL_RUNNER=0"
+
+
+def _mig_case(**settings):
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import kv_accuracy
+    case = next(c for c in kv_accuracy.load_cases(kv_accuracy.CASES)
+                if c["id"] == "dense-gemma3-1b-a100-mig1g5gb-v01011-32k-graph-oom")
+    return kv_accuracy.predict(dict(case, settings=dict(case["settings"], **settings)), weights_from_log=True)
+
+
+def test_graphs_captured_after_the_kv_cache_must_fit_outside_the_request():
+    """An engine that does not count its CUDA graphs (before v0.21) captures them after allocating the KV cache,
+    outside the requested memory, then warms its sampler up there. gemma-3-1b on an A100 MIG 1g.5gb slice (4.75 GiB)
+    sized 1.40 GiB of cache at utilization 0.9 (vLLM 0.10.1.1), captured 0.39 GiB of graphs and died; its deployment
+    runs at 0.86."""
+    failed = _mig_case()
+    table = failed["budget_bytes"]
+    assert table["kv_starts"] and not failed["starts"]                 # vLLM's own check passes: it fails later
+    assert table["after_kv"] > table["room_after_kv"] > 0
+    assert "outside the requested memory" in failed["starts_note"] and "enforce_eager" in failed["starts_note"]
+    assert _mig_case(gpu_memory_utilization=0.86)["starts"]
+    eager = _mig_case(enforce_eager=True, gpu_memory_utilization=0.99)
+    assert eager["budget_bytes"]["after_kv"] == 0 and eager["budget_bytes"]["room_after_kv"] < 0 and eager["starts"]
+    # counted before the KV cache from v0.21: nothing left for later; a stage before the last warms no sampler up
+    profile = hy3_profile()
+    settings = {"version": "0.21.0", "max_num_batched_tokens": 2048, "max_num_seqs": 256, "cudagraph_counted": True,
+                "gpu_name": "NVIDIA H100 80GB HBM3"}
+    assert engine_memory.overhead(profile, 1, settings)["after_kv"] == 0
+    last = engine_memory.overhead(profile, 1, dict(settings, version="0.19.0", cudagraph_counted=False))
+    first = engine_memory.overhead(profile, 1, dict(settings, version="0.19.0", cudagraph_counted=False,
+                                                    last_pp_stage=False))
+    graphs = engine_memory.cudagraph_bytes(profile, 1, dict(settings, version="0.19.0"))
+    assert last["after_kv"] > 0 and first["after_kv"] == max(0, graphs - first["activation_peak"])
+
+
+@pytest.mark.parametrize("gpu, tp, nvlink, gib", [
+    ("NVIDIA H100 80GB HBM3", 1, None, 0.51),
+    ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", 1, None, 0.51 / 7),          # one of seven compute slices
+    ("NVIDIA H100 80GB HBM3 MIG 3g.40gb", 1, None, 0.51 * 3 / 7),
+    ("NVIDIA RTX PRO 6000 Blackwell Server Edition MIG 2g.48gb", 1, None, 0.51 / 2),    # one of four
+    ("NVIDIA H100 80GB HBM3", 4, True, 1.53),                         # NCCL's NVLink channels and NVLS buffers
+    ("NVIDIA L40S", 4, None, 0.51 + 0.10),                            # PCIe: the point-to-point channels alone
+])
+def test_the_memory_a_rank_holds_before_its_first_snapshot(gpu, tp, nvlink, gib):
+    settings = {"version": "0.19.0", "gpu_name": gpu, "nvlink": nvlink}
+    assert abs(engine_memory.startup_bytes(tp, settings) / GIB - gib) < 0.005
