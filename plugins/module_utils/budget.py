@@ -395,18 +395,22 @@ def overhead_lines(ctx, state, last_stage=True, first_stage=None):
     # A pipeline stage's overhead is not a whole engine's: the store's entries (keyed without the stages)
     # never calibrate a node group.
     entry = calibration.lookup(engine.get("calibration_entries"), calibration_fields(ctx, state)) if ctx["pp"] == 1 else None
-    if entry:
-        return ({"calibrated": entry["overhead_bytes"], "other_processes": others,
-                 "total": entry["overhead_bytes"] + others}, OVERHEAD_CALIBRATED, entry)
-    if engine.get("runtime_overhead_gib") is not None:
-        flat = int(engine["runtime_overhead_gib"] * GIB)
-        return {"runtime_overhead": flat, "other_processes": others, "total": flat + others}, OVERHEAD_OVERRIDE, None
     # Activations in the model's dtype: an fp32 model holds twice the bytes (and fp32 logits from the start).
     act_bytes = tier_dtype_bytes(state["tier"])
     settings = state_settings(engine, state, ctx["profile"], last_pp_stage=last_stage, act_bytes=act_bytes,
                               first_pp_stage=ctx["pp"] == 1 if first_stage is None else first_stage,
                               kv_dtype_bytes=kv_cache_dtype_bytes(ctx, state["tier"]))
-    return engine_memory.overhead(ctx["profile"], ctx["tp"], settings), OVERHEAD_MODEL, None
+    modelled = engine_memory.overhead(ctx["profile"], ctx["tp"], settings)
+    # what the engine needs outside the request after the KV cache is the model's on every path: a calibrated or flat
+    # overhead measures (or sets) what lies inside it
+    if entry:
+        return ({"calibrated": entry["overhead_bytes"], "other_processes": others,
+                 "total": entry["overhead_bytes"] + others, "after_kv": modelled["after_kv"]}, OVERHEAD_CALIBRATED, entry)
+    if engine.get("runtime_overhead_gib") is not None:
+        flat = int(engine["runtime_overhead_gib"] * GIB)
+        return ({"runtime_overhead": flat, "other_processes": others, "total": flat + others,
+                 "after_kv": modelled["after_kv"]}, OVERHEAD_OVERRIDE, None)
+    return modelled, OVERHEAD_MODEL, None
 
 
 def tier_dtype_bytes(tier):

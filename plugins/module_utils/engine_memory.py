@@ -1427,8 +1427,8 @@ def startup_bytes(tp, settings):
     share NVLink (tensor_parallel_term; ENGINE_STARTUP_BYTES_TP in all); between PCIe boards the point-to-point
     channels alone."""
     context = context_bytes(settings.get("gpu_name"))
-    if tp <= 1:
-        return context
+    if tp <= 1 or engine_version(settings.get("version")) < LAZY_NCCL_COUNTED_SINCE:
+        return context           # before 0.11 the first snapshot comes before NCCL's init: inside the request
     if tensor_parallel_term(tp, settings.get("version"), settings.get("gpu_name"), settings.get("nvlink")) in (
             None, "tensor_parallel_channels"):
         return context + int(COPIES["tensor_parallel_channels"])
@@ -2312,8 +2312,10 @@ def _lcm(a, b):
 
 def rope_table_bytes(profile, dtype_bytes):
     """The rotary embeddings' cos/sin tables (model_config's profile rope_tables), cast to the model's dtype when built
-    (rotary_embedding/base.py): every rank holds them whole, beside its share of the weights."""
-    return sum(table["positions"] * table["width"] * dtype_bytes for table in profile.get("rope_tables") or ())
+    (rotary_embedding/base.py) unless the table names its own element size: every rank holds them whole, beside its
+    share of the weights."""
+    return sum(table["positions"] * table["width"] * (table.get("element_bytes") or dtype_bytes)
+               for table in profile.get("rope_tables") or ())
 
 
 def sparse_mla_load_workspace_bytes(profile, tp, settings):
@@ -2401,22 +2403,46 @@ def overhead(profile, tp, settings):
     }
     lines["total"] = sum(lines.values())
     # not a line of the request: what the engine needs outside it once the KV cache is allocated
-    lines["after_kv"] = after_kv_bytes(profile, tp, settings, peak, sampler)
+    lines["after_kv"] = after_kv_bytes(profile, tp, settings, peak, sampler, forward)
     return lines
 
 
 # An engine that does not count its CUDA graphs before sizing the KV cache (cudagraph_counted) captures them after,
-# outside its requested budget, and then warms its sampler up over max_num_seqs dummy requests, "after capture_model
-# on purpose" (V1 gpu_worker.py compile_or_warm_up_model, 0.8 - 0.34); the profile run's transient peak has been given
-# back by then. Where too little is left outside the request the start fails after the KV cache was allocated:
-# "CUDA out of memory occurred when warming up sampler", or an OOM in capture_model (a public v0.10.1.1 start of
-# gemma-3-1b on an A100 MIG 1g.5gb slice at utilization 0.9 allocated 1.40 GiB of KV cache, captured 0.39 GiB of
-# graphs and died; the same boot at 0.86 ran).
-def after_kv_bytes(profile, tp, settings, peak, sampler):
-    """What the V1 engine needs outside its requested budget after the KV cache is allocated: its uncounted CUDA
-    graphs, then the sampler's warm-up (sampler: the profile's sampler phase, none on a pipeline stage before the last),
-    less the transient peak (peak) the profile gave back; 0 where the graphs are counted, not captured, or on the V0
-    engine."""
-    if settings.get("enforce_eager") or settings.get("v0_engine") or cudagraph_counted(profile, settings):
+# outside its requested budget (V1 gpu_worker.py compile_or_warm_up_model; the V0 worker's _warm_up_model), and the
+# V1 engine then warms its sampler up over max_num_seqs dummy requests, "after capture_model on purpose" (0.8 - 0.34).
+# The profile run's transient peak was given back (memory_profiling's empty_cache) before the KV cache. On SM 9.0+
+# from POST_KV_AUTOTUNE_SINCE FlashInfer's autotune runs an eager forward over max_num_batched_tokens first
+# (kernel_warmup), whose blocks stay in PyTorch's cache, which a graph's private pool cannot use, until capture_model
+# empties the cache first (CAPTURE_EMPTIES_CACHE_SINCE). Where too little is left outside the request the start fails
+# after the KV cache was allocated: "CUDA out of memory occurred when warming up sampler", or an OOM in capture_model
+# (a public v0.10.1.1 start of gemma-3-1b on an A100 MIG 1g.5gb slice at utilization 0.9 allocated 1.40 GiB of KV
+# cache, captured 0.39 GiB of graphs and died in the sampler's warm-up; the same boot at 0.86 ran).
+POST_KV_AUTOTUNE_SINCE = (0, 11, 0)
+CAPTURE_EMPTIES_CACHE_SINCE = (0, 18, 0)
+
+
+def after_kv_bytes(profile, tp, settings, peak, sampler, forward):
+    """What the engine needs outside its requested budget after the KV cache is allocated: its uncounted CUDA graphs
+    and, on the V1 engine, the sampler's warm-up (sampler: the profile's sampler phase, none on a pipeline stage before
+    the last), with the autotune forward's cached blocks (forward) held through the capture where they are, less the
+    transient peak (peak) the profile gave back; 0 where the graphs are counted or not captured."""
+    if settings.get("enforce_eager") or cudagraph_counted(profile, settings):
         return 0
-    return max(0, cudagraph_bytes(profile, tp, settings, settings.get("act_bytes") or 2) + sampler - peak)
+    graphs = cudagraph_bytes(profile, tp, settings, settings.get("act_bytes") or 2)
+    if settings.get("v0_engine"):
+        return max(0, graphs - peak)
+    return max(0, graphs + max(sampler, post_kv_cached_forward(settings, forward)) - peak)
+
+
+def post_kv_cached_forward(settings, forward):
+    """The eager forward FlashInfer's autotune leaves in PyTorch's cache through the graph capture (see
+    POST_KV_AUTOTUNE_SINCE): on SM 9.0+ where FlashInfer is there (a dependency from 0.11.1; at 0.11.0 where its
+    sampler shows it installed) until capture_model empties the cache; 0 otherwise."""
+    version = engine_version(settings.get("version"))
+    if not POST_KV_AUTOTUNE_SINCE <= version < CAPTURE_EMPTIES_CACHE_SINCE:
+        return 0
+    if (gpu_capability(settings.get("gpu_name")) or (0,)) < (9, 0):
+        return 0
+    if version < FLASHINFER_SAMPLER_OPT_IN_SINCE and not settings.get("flashinfer_sampler"):
+        return 0
+    return forward

@@ -547,32 +547,60 @@ MROPE_SPAN = 4
 
 def _rope_tables(reader, profile):
     """The cos/sin tables the model builds while it loads: one per distinct rope of its attention layers (vLLM's
-    get_rope shares a table between layers with the same rope), each {"positions", "width"}: a table of positions x
-    width values in the model's dtype, kept on the GPU as a buffer and so inside "Model loading took" but in no
-    checkpoint file. Llama 4's 10M-position table is 2.5 GiB; Gemma 3's linear x8 one 0.5 GiB."""
+    get_rope shares a table between layers with the same rope), each {"positions", "width", "element_bytes"}: a table
+    of positions x width values (element_bytes None: in the model's dtype), kept on the GPU as a buffer and so inside
+    "Model loading took" but in no checkpoint file. Llama 4's 10M-position table is 2.5 GiB; Gemma 3's linear x8 one
+    0.5 GiB."""
     cfg = reader.config
     if reader.family_in(NO_ROPE_MODEL_TYPES) or cfg.get("alibi") or \
             cfg.get("position_embedding_type") not in (None, "rope"):
         return []
-    positions = cfg.get("max_position_embeddings")
+    positions = cfg.get("max_position_embeddings") or cfg.get("seq_length")       # ChatGLM names it seq_length
     if not isinstance(positions, int) or isinstance(positions, bool) or positions <= 0:
         return []
     mla = profile.get("mla")
     head = mla["qk_rope_head_dim"] if mla else cfg.get("qk_rope_head_dim") or profile["head_dim"]
-    kinds = set(profile["layer_types"]) & set(ATTENTION_KINDS)
+    # a KV-shared layer (Gemma 4) is a full or sliding one and takes that kind's rope
+    kinds = set(profile["layer_types"]) & {LAYER_FULL, LAYER_SLIDING}
+    element = FP32_ROPE_BYTES if reader.family_in(FP32_ROPE_FAMILIES) else None
     tables = []
     for kind, rope in _ropes_by_layer_kind(reader, kinds):
         size = (profile.get("kv_shapes") or {}).get(kind, {}).get("head_dim", head) if not mla else head
         table = _rope_table(rope, size, positions, cfg)
-        if table and table not in tables:
+        if table:
+            table["element_bytes"] = element
             tables.append(table)
-    return tables
+    tables += _second_ropes(cfg, profile, tables)
+    return [table for i, table in enumerate(tables) if table not in tables[:i]]
 
 
-# Gemma 3 ropes its sliding layers with the default rope at rope_local_base_freq (transformers' default 10000),
-# whatever rope_scaling its global layers take (gemma3.py, 0.11 - 0.34).
-LOCAL_ROPE_FAMILIES = ("gemma3", "gemma3_text")
+def _second_ropes(cfg, profile, tables):
+    """The tables a model builds beside its attention's rope: DeepSeek-V4's compressed layers rope at
+    compress_rope_theta (models/deepseek_v4 build_deepseek_v4_rope, 0.20 - 0.34), and a sparse indexer ropes its keys
+    NeoX-style unless indexer_rope_interleave says otherwise, a get_rope key of its own (deepseek_v2.py, 0.19)."""
+    if not tables:
+        return []
+    first = tables[0]
+    extra = []
+    compressed = profile.get("compressed_attention")
+    if compressed and cfg.get("compress_rope_theta") and any(ratio > 1 for ratio in compressed["ratios"]):
+        extra.append(dict(first, theta=cfg["compress_rope_theta"]))
+    if (profile.get("mla") or {}).get("indexer") and not cfg.get("indexer_rope_interleave"):
+        extra.append(dict(first, neox=True))
+    return extra
+
+
+# Gemma 3 (and 3n) rope their sliding layers with the default rope at rope_local_base_freq (transformers' default
+# 10000), whatever rope_scaling their global layers take (gemma3.py, gemma3n.py, 0.11 - 0.34).
+LOCAL_ROPE_FAMILIES = ("gemma3", "gemma3_text", "gemma3n", "gemma3n_text")
 LOCAL_ROPE_BASE = 10000.0
+# Families whose rope tables stay float32 whatever the model's dtype: gpt-oss, MiniMax-Text-01 and Bailing's linear
+# models pass dtype=torch.float32 to get_rope; DeepSeek-V4's scaling rope registers an fp32 cache.
+FP32_ROPE_FAMILIES = ("gpt_oss", "minimax_text_01", "bailing_moe_linear", "deepseek_v4")
+FP32_ROPE_BYTES = 4
+# Dual-chunk attention (Qwen2.5-1M) keeps, beside the keys' table over every position, four query tables over
+# chunk_size - local_size positions (dual_chunk_rope.py).
+DUAL_CHUNK_QUERY_TABLES = 4
 
 
 def _ropes_by_layer_kind(reader, kinds):
@@ -583,7 +611,7 @@ def _ropes_by_layer_kind(reader, kinds):
     if not isinstance(rope, dict):
         return []
     if rope and all(isinstance(value, dict) for value in rope.values()):
-        return [(kind, rope.get(kind) or {}) for kind in sorted(kinds)]
+        return [(kind, rope[kind]) for kind in sorted(kinds) if kind in rope]
     pairs = []
     for kind in sorted(kinds):
         if kind == LAYER_SLIDING and reader.family_in(LOCAL_ROPE_FAMILIES):
@@ -594,18 +622,33 @@ def _ropes_by_layer_kind(reader, kinds):
     return pairs
 
 
+def _rotary_share(rope, cfg, head):
+    """The share of the head the rope turns: partial_rotary_factor (rope parameters first), rotary_pct,
+    rotary_emb_fraction, or rotary_dim over the head (MiniMax-M2, GPT-J)."""
+    for value in (rope.get("partial_rotary_factor"), cfg.get("partial_rotary_factor"), cfg.get("rotary_pct"),
+                  cfg.get("rotary_emb_fraction")):
+        if value:
+            return value
+    rotary = cfg.get("rotary_dim")
+    return rotary / float(head) if isinstance(rotary, int) and not isinstance(rotary, bool) and rotary > 0 else 1.0
+
+
 def _rope_table(rope, head, positions, cfg):
     """{"positions", "width", "theta", "type"} of one rope's table (its theta and type keep two ropes of one shape
     apart, as get_rope's key does), None for a rope the reader cannot size."""
     kind = rope.get("rope_type") or rope.get("type") or "default"
     factor = rope.get("factor") or 1.0
     original = rope.get("original_max_position_embeddings") or positions
-    partial = rope.get("partial_rotary_factor") or cfg.get("partial_rotary_factor") or cfg.get("rotary_pct") or 1.0
+    partial = _rotary_share(rope, cfg, head)
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in (factor, original, partial)):
         return None
     # Gemma 4's proportional rope pads the unrotated dimensions into a full head-wide table (gemma4_rope.py)
     width = head if kind == "proportional" else int(head * min(partial, 1.0))
-    if kind in ROPE_SPAN_BY_FACTOR and not rope.get("alpha"):
+    dual = cfg.get("dual_chunk_attention_config")
+    if isinstance(dual, dict) and isinstance(dual.get("chunk_size"), int):
+        span = positions + DUAL_CHUNK_QUERY_TABLES * max(0, dual["chunk_size"] - (dual.get("local_size") or 0))
+        kind = "dual_chunk"
+    elif kind in ROPE_SPAN_BY_FACTOR and not rope.get("alpha"):
         span = int(positions * factor)
     elif kind in ROPE_SPAN_BY_ORIGINAL:
         span = int(original * factor)

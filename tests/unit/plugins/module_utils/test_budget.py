@@ -565,6 +565,10 @@ def test_v0_34_sizes_its_cache_after_warm_up_with_a_margin_of_free_memory():
     single = plan(dict(HY3, num_hidden_layers=2), [tier("fp8")], gpus(1, 140), max_model_len=4096, max_num_seqs=16,
                   engine=engine)["budget_bytes"]
     assert single["warmup_margin"] == int(0.51 * GIB) + GIB        # one GPU: its CUDA context alone
+    # PCIe boards' ranks hold NCCL's point-to-point channels alone beside their contexts
+    pcie = plan(dict(HY3, num_hidden_layers=8), [tier("fp8")], gpus(4, 44), max_model_len=4096, max_num_seqs=16,
+                engine=dict(engine, gpu_name="NVIDIA L40S"))["budget_bytes"]
+    assert pcie["warmup_margin"] == int(0.51 * GIB) + int(0.10 * GIB) + GIB
     # a flat (or calibrated) overhead has no modelled peak: the margin's floor, applied all the same
     flat = plan(HY3, [tier("fp8")], gpus(8, 140), max_model_len=32768, max_num_seqs=16,
                 engine=dict(engine, runtime_overhead_gib=4.0))["budget_bytes"]
@@ -1258,12 +1262,20 @@ def test_a_forced_v1_runner_is_budgeted_as_v1():
         "environment=VLLM_USE_V2_MODEL_RUNNER=0"
 
 
-def _mig_case(**settings):
+MIG_CASE_ID = "dense-gemma3-1b-a100-mig1g5gb-v01011-32k-graph-oom"
+
+
+def _bench():
+    """bench/kv_accuracy, the corpus's reader and predictor."""
     sys.path.insert(0, os.path.join(ROOT, "bench"))
-    import kv_accuracy
-    case = next(c for c in kv_accuracy.load_cases(kv_accuracy.CASES)
-                if c["id"] == "dense-gemma3-1b-a100-mig1g5gb-v01011-32k-graph-oom")
-    return kv_accuracy.predict(dict(case, settings=dict(case["settings"], **settings)), weights_from_log=True)
+    import kv_accuracy  # pylint: disable=import-outside-toplevel
+    return kv_accuracy
+
+
+def _mig_case(**settings):
+    bench = _bench()
+    case = next(c for c in bench.load_cases(bench.CASES) if c["id"] == MIG_CASE_ID)
+    return bench.predict(dict(case, settings=dict(case["settings"], **settings)), weights_from_log=True)
 
 
 def test_graphs_captured_after_the_kv_cache_must_fit_outside_the_request():
@@ -1291,6 +1303,42 @@ def test_graphs_captured_after_the_kv_cache_must_fit_outside_the_request():
     assert last["after_kv"] > 0 and first["after_kv"] == max(0, graphs - first["activation_peak"])
 
 
+def test_the_after_kv_need_holds_on_every_overhead_path_and_engine():
+    """A calibrated or flat overhead measures what lies inside the request; what the engine then needs outside it is
+    the model's. The V0 engine captures its graphs after the KV cache too (no sampler warm-up there). On SM 9.0+ from
+    0.11 FlashInfer's autotune runs an eager forward over the batch after the KV cache, whose cached blocks the graph
+    pool cannot use until capture_model empties the cache first (0.18)."""
+    bench = _bench()
+    case = next(c for c in bench.load_cases(bench.CASES) if c["id"] == MIG_CASE_ID)
+    fields, measurement = bench.calibration_entry(case)
+    store = calibration.record_entry(calibration.empty_store(), fields, measurement, "twin", None)[0]
+    calibrated = bench.predict(case, entries=store["entries"], weights_from_log=True)
+    assert calibrated["budget_gib"]["overhead_source"] == "calibrated" and not calibrated["starts"]
+    assert calibrated["budget_bytes"]["after_kv"] == _mig_case()["budget_bytes"]["after_kv"] > 0
+    profile = hy3_profile()
+    base = {"max_num_batched_tokens": 8192, "max_num_seqs": 32, "cudagraph_counted": False}
+    h100 = "NVIDIA H100 80GB HBM3"
+
+    def need(version, gpu=h100, **more):
+        return engine_memory.overhead(profile, 8, dict(base, version=version, gpu_name=gpu, **more))["after_kv"]
+
+    def parts(version, gpu=h100):
+        forward, sampler = engine_memory.profile_run_phases(profile, 8, 8192, 32, version)
+        graphs = engine_memory.cudagraph_bytes(profile, 8, dict(base, version=version, gpu_name=gpu))
+        return graphs, forward, sampler, max(forward, sampler)
+    graphs, forward, sampler, peak = parts("0.15.1")
+    assert forward > sampler                      # the autotune forward's cached blocks are what counts here
+    assert need("0.15.1") == max(0, graphs + max(sampler, forward) - peak)
+    graphs, forward, sampler, peak = parts("0.15.1", "NVIDIA A100-SXM4-80GB")
+    assert need("0.15.1", gpu="NVIDIA A100-SXM4-80GB") == max(0, graphs + sampler - peak)      # no autotune there
+    graphs, forward, sampler, peak = parts("0.18.0")
+    assert need("0.18.0") == max(0, graphs + sampler - peak)        # capture_model empties the cache first
+    v0 = dict(base, version="0.7.3", v0_engine=True, gpu_name=h100, max_num_batched_tokens=512)
+    forward, sampler = engine_memory.profile_run_phases(profile, 8, 512, 32, "0.7.3")
+    graphs = engine_memory.cudagraph_bytes(profile, 8, v0)
+    assert engine_memory.overhead(profile, 8, v0)["after_kv"] == graphs - max(forward, sampler) > 0     # no warm-up
+
+
 @pytest.mark.parametrize("gpu, tp, nvlink, gib", [
     ("NVIDIA H100 80GB HBM3", 1, None, 0.51),
     ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", 1, None, 0.51 / 7),          # one of seven compute slices
@@ -1298,7 +1346,9 @@ def test_graphs_captured_after_the_kv_cache_must_fit_outside_the_request():
     ("NVIDIA RTX PRO 6000 Blackwell Server Edition MIG 2g.48gb", 1, None, 0.51 / 2),    # one of four
     ("NVIDIA H100 80GB HBM3", 4, True, 1.53),                         # NCCL's NVLink channels and NVLS buffers
     ("NVIDIA L40S", 4, None, 0.51 + 0.10),                            # PCIe: the point-to-point channels alone
+    ("NVIDIA H100 80GB HBM3", 4, "0.10.1", 0.51),                     # before 0.11 NCCL's init is inside the request
 ])
 def test_the_memory_a_rank_holds_before_its_first_snapshot(gpu, tp, nvlink, gib):
-    settings = {"version": "0.19.0", "gpu_name": gpu, "nvlink": nvlink}
+    version = nvlink if isinstance(nvlink, str) else "0.19.0"
+    settings = {"version": version, "gpu_name": gpu, "nvlink": True if isinstance(nvlink, str) else nvlink}
     assert abs(engine_memory.startup_bytes(tp, settings) / GIB - gib) < 0.005

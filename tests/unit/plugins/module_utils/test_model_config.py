@@ -1336,3 +1336,36 @@ def test_rope_tables_are_loaded_with_the_weights_but_are_in_no_checkpoint():
     as_loaded = kv_accuracy.predict(scout, weights_from_log=True)["budget_bytes"]
     assert on_a_host["weights_padding"] == 10485760 * 128 * 2 and as_loaded["weights_padding"] == 0
     assert abs(on_a_host["weights"] / 2 ** 30 - 53.12) < 0.5
+
+
+GEMMA4_ROPES = {"full_attention": {"partial_rotary_factor": 0.25, "rope_theta": 1000000.0, "rope_type": "proportional"},
+                "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"}}
+
+
+@pytest.mark.parametrize("config, tables", [
+    # Gemma 4's published per-type ropes: the proportional one a full 512-wide head, the KV-shared layers none of
+    # their own (they are full or sliding layers and take that rope)
+    (dict(GEMMA4_E4B, text_config=dict(GEMMA4_E4B["text_config"], rope_parameters=GEMMA4_ROPES)),
+     [(131072, 512, None), (131072, 256, None)]),
+    # YaRN spans the original length times the factor, whatever max_position_embeddings says
+    (dict(LLAMA_31_8B, rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192}),
+     [(32768, 128, None)]),
+    # dynamic NTK by alpha (Hunyuan) keeps the context's span; rotary_dim names a partial rope (MiniMax-M2)
+    (dict(LLAMA_31_8B, rope_scaling={"type": "dynamic", "alpha": 1000.0}, rotary_dim=64), [(131072, 64, None)]),
+    # gpt-oss passes dtype=torch.float32 to get_rope
+    (GPT_OSS_20B, [(32 * 4096, 64, 4)]),
+    # DeepSeek-V4: a second fp32 table for the compressed layers' compress_rope_theta
+    (dict(DEEPSEEK_V4_FLASH, rope_theta=10000, compress_rope_theta=160000), [(1048576, 64, 4), (1048576, 64, 4)]),
+    # a sparse indexer ropes NeoX-style beside MLA's interleaved rope unless indexer_rope_interleave
+    (dict(DEEPSEEK_V3, index_topk=2048, index_head_dim=128, index_n_heads=64), [(163840, 64, None)] * 2),
+    (dict(DEEPSEEK_V3, index_topk=2048, index_head_dim=128, index_n_heads=64, indexer_rope_interleave=True),
+     [(163840, 64, None)]),
+    # dual-chunk attention (Qwen2.5-1M): the keys' table and four query tables over chunk - local positions
+    (dict(LLAMA_31_8B, rope_scaling=None, max_position_embeddings=1010000,
+          dual_chunk_attention_config={"chunk_size": 262144, "local_size": 8192}), [(1010000 + 4 * 253952, 128, None)]),
+])
+def test_each_rope_a_model_builds_is_one_table(config, tables):
+    """vLLM 0.19 - 0.25 (rotary_embedding/, models/): the tables a model registers while it loads."""
+    profile = model_profile(config)
+    assert [(t["positions"], t["width"], t["element_bytes"]) for t in profile["rope_tables"]] == tables
+    assert engine_memory.rope_table_bytes(profile, 2) == sum(p * w * (e or 2) for p, w, e in tables)
