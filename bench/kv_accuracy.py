@@ -230,7 +230,7 @@ def predict(case, entries=None, weights_from_log=False):
         max_model_len=max_model_len, min_max_model_len=max_model_len,
         max_num_seqs=seqs, min_max_num_seqs=seqs,
         tensor_parallel_size=tp, block_size=settings.get("block_size") or 16, pipeline_parallel_size=pp,
-        nodes_needed_up_to=0, engine=engine_of(case, settings, entries))
+        nodes_needed_up_to=0, engine=engine_of(case, settings, entries), hold_utilization=True)
     return result
 
 

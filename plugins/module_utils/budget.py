@@ -357,6 +357,24 @@ def effective_utilization(gpus, desired):
                   % (tightest.get("index", "?"), tightest["free"] / GIB, tightest["total"] / GIB, desired, util))
 
 
+def _room_after_kv(ctx, state, table, util, reason, gpus):
+    """(utilization, note, table): where the engine's KV cache would fit but its uncounted CUDA graphs and warm-up
+    would not fit outside the request after it (after_kv), the highest utilization in hundredths that leaves them
+    room on every GPU, and the table re-evaluated there; unchanged otherwise (the retreat then goes on from it)."""
+    if table["starts"] or not table.get("kv_starts", True) or not table.get("after_kv"):
+        return util, reason, table
+    startup = engine_memory.startup_bytes(ctx["tp"], ctx["engine"])
+    lowered = min(math.floor((g["free"] - startup - table["after_kv"]) / float(g["total"]) * 100) / 100
+                  for g in gpus)
+    if lowered <= 0 or lowered >= util:
+        return util, reason, table
+    ctx["engine_bytes"] = min(int(math.ceil(g["total"] * lowered)) for g in gpus)
+    need = table["after_kv"] / GIB
+    note = ("the engine captures its CUDA graphs and warms its sampler up after the KV cache, which needs %.2f GiB "
+            "outside the requested memory: utilization lowered from %.2f to %.2f" % (need, util, lowered))
+    return lowered, "; ".join(part for part in (reason, note) if part), evaluate(state, ctx)
+
+
 def utilization_bounds(gpus, engine):
     """The GPUs as the utilization must fit them: an engine that measures device-wide counts the other processes'
     memory inside its own requested budget (and starts whatever is free: the free-memory check came with 0.9.1), so
@@ -690,7 +708,7 @@ def without_vision_tower(profile, tiers):
 def plan(profile, tiers, gpus, gpu_memory_utilization=None, kv_cache_dtype="auto", max_model_len=None,
          min_max_model_len=None, max_num_seqs=None, min_max_num_seqs=1, tensor_parallel_size=None,
          block_size=None, max_model_len_multiple=1024, load_mtp=False, engine=None, pipeline_parallel_size=1,
-         nodes_needed_up_to=8):
+         nodes_needed_up_to=8, hold_utilization=False):
     """Choose quantization, max_model_len and max_num_seqs that fit this host (or node group).
 
     profile: the model profile read from config.json (model_config.model_profile).
@@ -707,6 +725,9 @@ def plan(profile, tiers, gpus, gpu_memory_utilization=None, kv_cache_dtype="auto
     (tensor_parallel_size per node, default the GPUs of one node) and the tightest stage is budgeted.
     nodes_needed_up_to: when one host cannot hold the model, how many such hosts (pipeline stages) to try
     for the verdict's "N such nodes would hold it" (0: do not try).
+    hold_utilization: keep the utilization even where the engine's graphs would not fit outside it after the KV
+    cache (a prediction of what an engine started with it did, as the benchmark makes); by default it is lowered
+    to leave them room (room_after_kv).
     """
     engine, gpu_memory_utilization, max_num_seqs = resolve_engine(engine, gpus, gpu_memory_utilization,
                                                                   max_num_seqs)
@@ -781,6 +802,9 @@ def plan(profile, tiers, gpus, gpu_memory_utilization=None, kv_cache_dtype="auto
     }
     state = {"tier": present[0], "max_model_len": max_model_len, "max_num_seqs": max_num_seqs}
     table = evaluate(state, ctx)
+    if not hold_utilization:
+        util, util_reason, table = _room_after_kv(ctx, state, table, util, util_reason, used)
+        result.update(gpu_memory_utilization=util, utilization_note=util_reason)
     ladder = result["ladder"]
     ladder.append(_step("initial", state, table))
     result["_ctx"] = ctx

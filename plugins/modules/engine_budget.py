@@ -375,7 +375,9 @@ gpu_memory_utilization:
   returned: always
   type: float
 utilization_note:
-  description: Why the utilization was lowered, or null.
+  description: Why the utilization was lowered (free memory below the request; or, on an engine that captures its
+    CUDA graphs after the KV cache, too little room outside the request for them and the sampler's warm-up), or
+    null.
   returned: always
   type: str
 kv_cache_tokens:

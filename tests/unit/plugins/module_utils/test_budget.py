@@ -1303,6 +1303,27 @@ def test_graphs_captured_after_the_kv_cache_must_fit_outside_the_request():
     assert last["after_kv"] > 0 and first["after_kv"] == max(0, graphs - first["activation_peak"])
 
 
+def test_a_host_gets_a_utilization_that_leaves_its_graphs_room():
+    """On a host the budget lowers the utilization until the graphs and the sampler's warm-up fit outside the request
+    (as it does for free memory), where the benchmark holds the engine's own to predict what it did."""
+    bench = _bench()
+    case = next(c for c in bench.load_cases(bench.CASES) if c["id"] == MIG_CASE_ID)
+    profile = model_profile(case["model"]["config"])
+    total = int(bench.gpu_total_gib(case) * GIB)
+
+    def budget(**knobs):
+        return plan(profile, [bench.tier_of(profile, case["settings"])], [{"index": 0, "total": total, "free": total}],
+                    gpu_memory_utilization=0.9, max_model_len=32768, max_num_seqs=256,
+                    engine=bench.engine_of(case, case["settings"]), **knobs)
+    lowered = budget()
+    assert lowered["starts"] and 0.8 < lowered["gpu_memory_utilization"] < 0.9
+    assert "after the KV cache" in lowered["utilization_note"]
+    assert lowered["budget_bytes"]["after_kv"] <= lowered["budget_bytes"]["room_after_kv"]
+    assert lowered["ladder"][0]["starts"]                     # the initial state starts at the lowered utilization
+    held = budget(hold_utilization=True)
+    assert held["gpu_memory_utilization"] == 0.9 and not held["ladder"][0]["starts"]
+
+
 def test_the_after_kv_need_holds_on_every_overhead_path_and_engine():
     """A calibrated or flat overhead measures what lies inside the request; what the engine then needs outside it is
     the model's. The V0 engine captures its graphs after the KV cache too (no sampler warm-up there). On SM 9.0+ from
