@@ -1558,10 +1558,13 @@ def tensor_parallel_term(tp, version, gpu_name=None, nvlink=None):
 
 def peer_channels_only(gpu_name):
     """Whether NVLink-connected GPUs of this model hold NCCL's point-to-point channels alone under tensor
-    parallelism: a known board older than Hopper, the first with NVLS (NVLS_SINCE_CAPABILITY); an unknown one is
-    not taken for one."""
+    parallelism: a known board older than Hopper, the first with NVLS (NVLS_SINCE_CAPABILITY), and an NVL card,
+    bridged in pairs or fours with no NVSwitch, so without NVLS buffers or the multicast all-reduce workspaces the
+    NVLink amount holds (v0.20 Qwen3.6 starts on 2 and 4 x H200 NVL over their bridges printed 0.1 - 0.2 GiB more
+    than the same starts over PCIe, not an NVSwitch system's 1.8 GiB more); an unknown board is not taken for one."""
     capability = gpu_capability(gpu_name)
-    return bool(capability) and capability < NVLS_SINCE_CAPABILITY
+    return (bool(capability) and capability < NVLS_SINCE_CAPABILITY) or bool(
+        NVL_BRIDGED.search((gpu_name or "").lower()))
 
 
 def nvls_capable(gpu_name):

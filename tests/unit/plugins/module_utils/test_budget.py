@@ -951,7 +951,8 @@ def test_pcie_boards_count_nccl_channels_alone(gpu, nvlink):
 
 @pytest.mark.parametrize("gpu, channels_only", [
     ("NVIDIA A100-SXM4-80GB", True), ("NVIDIA A800-SXM4-80GB", True), ("Tesla V100-SXM2-32GB", True),
-    ("NVIDIA H100 80GB HBM3", False), ("NVIDIA H200", False), ("NVIDIA B200", False), ("NVIDIA H100 NVL", False),
+    ("NVIDIA H100 80GB HBM3", False), ("NVIDIA H200", False), ("NVIDIA B200", False),
+    ("NVIDIA H100 NVL", True), ("NVIDIA H200 NVL", True),          # bridged, no NVSwitch
     ("Some Future Board", False), (None, False),
 ])
 def test_nvlink_boards_older_than_hopper_hold_nccl_channels_alone(gpu, channels_only):
