@@ -543,6 +543,8 @@ def evaluate_stage(state, ctx, share, overhead):
     # what is left outside the request once the engine runs: its graphs and warm-up, where not counted, land there
     after_kv = lines.get("after_kv") or 0
     room_after_kv = ctx["free_min"] - ctx["engine_bytes"] - engine_memory.startup_bytes(tp, engine)
+    # vLLM keeps one block back (the null block) before checking that one request fits.
+    kv_starts = available - layout["bytes_per_block"] >= one_request
     return {
         "free": ctx["free_min"],
         "engine_request": ctx["engine_bytes"],
@@ -575,9 +577,8 @@ def evaluate_stage(state, ctx, share, overhead):
         "kv_cache_tokens": cap["tokens"],
         "kv_cache_blocks": cap["num_blocks"],
         "max_concurrency": cap["max_concurrency"],
-        # vLLM keeps one block back (the null block) before checking that one request fits.
-        "kv_starts": available - layout["bytes_per_block"] >= one_request,
-        "starts": available - layout["bytes_per_block"] >= one_request and (not after_kv or after_kv <= room_after_kv),
+        "kv_starts": kv_starts,
+        "starts": kv_starts and (not after_kv or after_kv <= room_after_kv),
     }
 
 
