@@ -33,10 +33,6 @@ RECORDS_SOURCE = ("https://github.com/ashishkamra/vllm-memory-estimator/blob/8b0
 RECORDS = os.path.join(ROOT, "bench", "kv_corpus", "records")
 RECORD_CONFIGS = os.path.join(ROOT, "bench", "kv_corpus", "record_configs.yaml")
 ACCELERATORS = {"H200": "NVIDIA H200", "B200": "NVIDIA B200"}
-# Upstream builds (a version without a local "+" part) ran vLLM's own image, which installs flashinfer-python
-# (docker/Dockerfile); engines before this release sample with it wherever it imports (engine_memory's
-# FLASHINFER_SAMPLER_OPT_IN_SINCE). Red Hat's +rhai builds are not known to ship it: left to the budget's default.
-UPSTREAM_IMAGE_FLASHINFER_SAMPLER_UNTIL = (0, 11, 1)
 
 
 def model_configs(cases, extra):
@@ -88,10 +84,12 @@ def settings_of(log_config, memory, args):
 
 
 def upstream_image_flashinfer(build):
-    """True where the record's build is an upstream release that samples with the FlashInfer its image installs
-    (UPSTREAM_IMAGE_FLASHINFER_SAMPLER_UNTIL), else None (not known)."""
-    release = re.match(r"v?(\d+)\.(\d+)\.(\d+)$", build)
-    if release and tuple(int(part) for part in release.groups()) < UPSTREAM_IMAGE_FLASHINFER_SAMPLER_UNTIL:
+    """True where the record's build is an upstream release (a version without a local "+" part: vLLM's own image,
+    which installs flashinfer-python, docker/Dockerfile) from before FlashInfer's sampler became opt-in
+    (engine_memory.FLASHINFER_SAMPLER_OPT_IN_SINCE), so it samples with it; else None (not known: Red Hat's +rhai
+    builds are not known to ship it)."""
+    engine_memory = kv_accuracy.engine_memory
+    if "+" not in build and engine_memory.engine_version(build) < engine_memory.FLASHINFER_SAMPLER_OPT_IN_SINCE:
         return True
     return None
 

@@ -418,17 +418,18 @@ def overhead_lines(ctx, state, last_stage=True, first_stage=None):
     settings = state_settings(engine, state, ctx["profile"], last_pp_stage=last_stage, act_bytes=act_bytes,
                               first_pp_stage=ctx["pp"] == 1 if first_stage is None else first_stage,
                               kv_dtype_bytes=kv_cache_dtype_bytes(ctx, state["tier"]))
-    modelled = engine_memory.overhead(ctx["profile"], ctx["tp"], settings)
+    if not entry and engine.get("runtime_overhead_gib") is None:
+        return engine_memory.overhead(ctx["profile"], ctx["tp"], settings), OVERHEAD_MODEL, None
     # what the engine needs outside the request after the KV cache is the model's on every path: a calibrated or flat
-    # overhead measures (or sets) what lies inside it
+    # overhead measures (or sets) what lies inside it; the model runs only for an engine that captures uncounted graphs
+    after_kv = (engine_memory.overhead(ctx["profile"], ctx["tp"], settings)["after_kv"]
+                if engine_memory.captures_after_kv(ctx["profile"], settings) else 0)
     if entry:
         return ({"calibrated": entry["overhead_bytes"], "other_processes": others,
-                 "total": entry["overhead_bytes"] + others, "after_kv": modelled["after_kv"]}, OVERHEAD_CALIBRATED, entry)
-    if engine.get("runtime_overhead_gib") is not None:
-        flat = int(engine["runtime_overhead_gib"] * GIB)
-        return ({"runtime_overhead": flat, "other_processes": others, "total": flat + others,
-                 "after_kv": modelled["after_kv"]}, OVERHEAD_OVERRIDE, None)
-    return modelled, OVERHEAD_MODEL, None
+                 "total": entry["overhead_bytes"] + others, "after_kv": after_kv}, OVERHEAD_CALIBRATED, entry)
+    flat = int(engine["runtime_overhead_gib"] * GIB)
+    return ({"runtime_overhead": flat, "other_processes": others, "total": flat + others,
+             "after_kv": after_kv}, OVERHEAD_OVERRIDE, None)
 
 
 def tier_dtype_bytes(tier):

@@ -1429,8 +1429,8 @@ def startup_bytes(tp, settings):
     context = context_bytes(settings.get("gpu_name"))
     if tp <= 1 or engine_version(settings.get("version")) < LAZY_NCCL_COUNTED_SINCE:
         return context           # before 0.11 the first snapshot comes before NCCL's init: inside the request
-    if tensor_parallel_term(tp, settings.get("version"), settings.get("gpu_name"), settings.get("nvlink")) in (
-            None, "tensor_parallel_channels"):
+    if tensor_parallel_term(tp, settings.get("version"), settings.get("gpu_name"),
+                            settings.get("nvlink")) == "tensor_parallel_channels":
         return context + int(COPIES["tensor_parallel_channels"])
     return context + ENGINE_STARTUP_BYTES_TP - ENGINE_STARTUP_BYTES
 
@@ -2429,7 +2429,7 @@ def after_kv_bytes(profile, tp, settings, peak, sampler, forward):
     and, on the V1 engine, the sampler's warm-up (sampler: the profile's sampler phase, none on a pipeline stage before
     the last), with the autotune forward's cached blocks (forward) held through the capture where they are, less the
     transient peak (peak) the profile gave back; 0 where the graphs are counted or not captured."""
-    if settings.get("enforce_eager") or cudagraph_counted(profile, settings):
+    if not captures_after_kv(profile, settings):
         return 0
     graphs = cudagraph_bytes(profile, tp, settings, settings.get("act_bytes") or 2)
     if settings.get("v0_engine"):
@@ -2437,14 +2437,19 @@ def after_kv_bytes(profile, tp, settings, peak, sampler, forward):
     return max(0, graphs + max(sampler, post_kv_cached_forward(settings, forward)) - peak)
 
 
+def captures_after_kv(profile, settings):
+    """Whether the engine captures CUDA graphs it has not counted, after its KV cache (see after_kv_bytes)."""
+    return not settings.get("enforce_eager") and not cudagraph_counted(profile, settings)
+
+
 def post_kv_cached_forward(settings, forward):
     """The eager forward FlashInfer's autotune leaves in PyTorch's cache through the graph capture (see
     POST_KV_AUTOTUNE_SINCE): on SM 9.0+ where FlashInfer is there (a dependency from 0.11.1; at 0.11.0 where its
     sampler shows it installed) until capture_model empties the cache; 0 otherwise."""
-    version = engine_version(settings.get("version"))
+    version = _version(settings)
     if not POST_KV_AUTOTUNE_SINCE <= version < CAPTURE_EMPTIES_CACHE_SINCE:
         return 0
-    if (gpu_capability(settings.get("gpu_name")) or (0,)) < (9, 0):
+    if (_capability(settings) or (0,)) < (9, 0):
         return 0
     if version < FLASHINFER_SAMPLER_OPT_IN_SINCE and not settings.get("flashinfer_sampler"):
         return 0

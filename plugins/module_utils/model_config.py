@@ -535,9 +535,10 @@ def _context(reader):
 # Kimi-Linear's attention layers), so they build no cos/sin table (their vLLM classes never call get_rope).
 NO_ROPE_MODEL_TYPES = ("opt", "gpt2", "gpt_bigcode", "bloom", "mpt", "jamba", "nemotron_h", "kimi_linear", "mamba",
                        "mamba2", "falcon_mamba")
-# How many positions a rope type's cos/sin table spans (vllm/model_executor/layers/rotary_embedding, the same
-# from 0.11 to 0.34): the config's max_position_embeddings, that times the factor (linear, dynamic NTK), or the
-# original length times it (YaRN, DeepSeek's YaRN); LongRoPE keeps a short and a long table.
+# How many positions a rope type's cos/sin table spans (vllm/model_executor/layers/rotary_embedding, 0.11 - 0.34):
+# the config's max_position_embeddings, that times the factor (linear, dynamic NTK: by 0.25 the latter spans the
+# context alone, tens of MiB taken as before), or the original length times it (YaRN, DeepSeek's YaRN); LongRoPE keeps
+# a short and a long table.
 ROPE_SPAN_BY_FACTOR = ("linear", "dynamic")
 ROPE_SPAN_BY_ORIGINAL = ("yarn", "deepseek_yarn", "deepseek_llama_scaling")
 ROPE_SPAN_SHORT_AND_LONG = ("longrope", "su")
