@@ -133,6 +133,10 @@ UNGATED_ACTIVATIONS = ("relu2",)
 # Falcon, BLOOM, Phi-1/2, StarCoder / StarCoder2, MPT (their vLLM classes hold fc1 / fc2 or c_fc / c_proj).
 UNGATED_MODEL_TYPES = ("gpt2", "gptj", "gpt_neox", "opt", "falcon", "bloom", "phi", "gpt_bigcode", "starcoder2",
                        "mpt")
+# Families whose full-attention layers gate their output by a second query-sized projection: vLLM's
+# Qwen3NextAttention (qwen3_next.py, used by qwen3_5.py; 0.11 - 0.34) builds qkv_proj with
+# num_attention_heads x (1 + attn_output_gate) query heads, the field True when the config is silent.
+OUTPUT_GATED_ATTENTION_TYPES = ("qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")
 STATE_MAMBA1, STATE_MAMBA2, STATE_GATED_DELTA_NET, STATE_SHORT_CONV = (
     kv_layout.STATE_MAMBA1, kv_layout.STATE_MAMBA2, kv_layout.STATE_GATED_DELTA_NET, kv_layout.STATE_SHORT_CONV)
 
@@ -269,6 +273,7 @@ def _model_profile(config, source):
         "mla": _mla(reader, layers),
         "compressed_attention": _compressed_attention(reader, layers),
         "num_nextn_predict_layers": int(reader.value("num_nextn_predict_layers") or 0),   # absent: none
+        "attention_output_gate": _attention_output_gate(reader),
         "quantization": quantization(config.get("quantization_config")
                                      or reader.config.get("quantization_config"), reader.value("expert_dtype")),
     }
@@ -302,6 +307,12 @@ def _model_profile(config, source):
     profile["status"] = STATUS_READ if known else STATUS_GENERIC
     profile["source"] = source
     return profile
+
+
+def _attention_output_gate(reader):
+    """Whether the attention layers carry an output gate as wide as their queries (OUTPUT_GATED_ATTENTION_TYPES)."""
+    family = reader.config.get("model_type") or reader.layers[-1].get("model_type")
+    return family in OUTPUT_GATED_ATTENTION_TYPES and bool(reader.value("attn_output_gate", default=True))
 
 
 def _with_family(config, architecture):
@@ -1175,7 +1186,8 @@ def attention_params(profile, kind=None, layer=None):
     head_dim = shape.get("head_dim") or profile["head_dim"]
     v_head_dim = shape.get("v_head_dim") or head_dim
     kv_heads = shape.get("num_key_value_heads") or profile["num_key_value_heads"]
-    return hidden * heads * (head_dim + v_head_dim) + hidden * kv_heads * (head_dim + v_head_dim)
+    gate = hidden * heads * head_dim if profile.get("attention_output_gate") else 0
+    return hidden * heads * (head_dim + v_head_dim) + hidden * kv_heads * (head_dim + v_head_dim) + gate
 
 
 def indexer_params(mla, hidden):

@@ -13,7 +13,8 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 import kv_accuracy  # noqa: E402
 
 CASES = kv_accuracy.load_cases(kv_accuracy.CASES)
-PRINTED = ("model_loading_gib", "available_kv_cache_gib", "gpu_kv_cache_tokens", "gpu_blocks", "max_concurrency")
+PRINTED = ("model_loading_gib", "available_kv_cache_gib", "gpu_kv_cache_tokens", "gpu_blocks", "max_concurrency",
+           "cuda_graph_estimate_gib")
 
 
 def test_the_corpus_is_big_and_varied_enough():

@@ -15,7 +15,7 @@ import pytest
 
 from ansible_collections.hy3.fleet.plugins.module_utils import budget, checkpoint, engine_memory, kv_layout
 from ansible_collections.hy3.fleet.plugins.module_utils.model_config import (
-    ModelConfigError, count_params, model_profile, read_model_profile)
+    ModelConfigError, attention_params, count_params, model_profile, read_model_profile)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
@@ -414,7 +414,27 @@ def test_gated_delta_net_layers_are_counted_with_their_own_projections():
                moe_intermediate_size=512, shared_expert_intermediate_size=512, decoder_sparse_step=1)
     params = model_profile(cfg)["params"]
     assert within(params["total"], 80 * B, 0.01) and within(params["active"], 3.8 * B, 0.02)
-    assert params["attention"] == 12 * (2 * 2048 * 16 * 256 + 2 * 2048 * 2 * 256)    # the 12 attention layers only
+    # the 12 attention layers only: q, its output gate, o, and k, v
+    assert params["attention"] == 12 * (3 * 2048 * 16 * 256 + 2 * 2048 * 2 * 256)
+
+
+def test_qwen3_next_family_attention_carries_an_output_gate_as_wide_as_its_queries():
+    """vLLM's Qwen3NextAttention (Qwen3-Next, Qwen3.5 / 3.6) widens qkv_proj by a gate of num_heads x head_dim, on
+    when config.json is silent; other families keep q, k, v, o whatever the field says."""
+    gate = 2048 * 16 * 256
+    silent = model_profile(QWEN3_NEXT_80B)
+    assert silent["attention_output_gate"] is True
+    off = model_profile(dict(QWEN3_NEXT_80B, attn_output_gate=False))
+    assert off["attention_output_gate"] is False
+    assert silent["params"]["attention"] - off["params"]["attention"] == 12 * gate
+    assert attention_params(silent) - attention_params(off) == gate
+    llama = model_profile(dict(LLAMA_31_8B, attn_output_gate=True))
+    assert llama["attention_output_gate"] is False and llama["params"] == model_profile(LLAMA_31_8B)["params"]
+    # Qwen3.5's multimodal config: the family is the text config's (qwen3_5_text), the field read there
+    qwen35 = {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
+              "text_config": dict({k: v for k, v in QWEN3_NEXT_80B.items() if k != "architectures"},
+                                  model_type="qwen3_5_text", attn_output_gate=True)}
+    assert model_profile(qwen35)["attention_output_gate"] is True
 
 
 def test_nemotron_h_pattern_skips_mlp_layers_and_reads_mamba2_fields():
