@@ -248,12 +248,31 @@ def nominal_weight_bytes_per_rank(profile, bits, tp, load_mtp):
     embeddings and lm_head, the routers, a vision tower and the modules a quantizer left out (kept_16bit_params)
     stay 16 bit, everything split by tp but what vLLM replicates (replicated_vision_bytes,
     tp_replicated_excess_bytes)."""
-    params = profile["params"]
-    total = params["total"] + (params.get("mtp") or 0 if load_mtp else 0)
-    kept = min(_unquantized_params(params) + kept_16bit_params(profile, bits), total)
+    total, kept = _whole_model_params(profile, bits, load_mtp)
     quantized = quantized_bytes(profile, bits, total - kept, narrower_params(profile))
     return int((quantized + kept * unquantized_bytes(bits)) // tp) + replicated_vision_bytes(profile, tp, bits) \
         + tp_replicated_excess_bytes(profile, bits, tp)
+
+
+def _whole_model_params(profile, bits, load_mtp):
+    """(the parameters one copy of the model loads, those of them kept in 16 bits)."""
+    params = profile["params"]
+    total = params["total"] + (params.get("mtp") or 0 if load_mtp else 0)
+    return total, min(_unquantized_params(params) + kept_16bit_params(profile, bits), total)
+
+
+def _stage_kept_params(profile, bits, share):
+    return kept_16bit_params(profile, bits, range(share["first_layer"], share["first_layer"] + share["layers"])) \
+        + share.get("routers", 0)
+
+
+def quantized_params_per_rank(profile, bits, tp, load_mtp, share=None):
+    """The parameters one rank holds at the tier's bits (of one pipeline stage where share is given): what
+    nominal_weight_bytes_per_rank and stage_weight_bytes quantize, split by tp."""
+    if share:
+        return (share["params"] - _stage_kept_params(profile, bits, share)) // tp
+    total, kept = _whole_model_params(profile, bits, load_mtp)
+    return (total - kept) // tp
 
 
 def pp_partition(num_layers, pp):
@@ -305,8 +324,7 @@ def stage_weight_bytes(profile, bits, tp, share, load_mtp):
     """(nominal bytes of one rank of this stage, its fraction of the whole model's nominal bytes): the
     quantized layers at the tier's bits, embedding, LM head, routers and a vision tower at 16 bits, as
     nominal_weight_bytes_per_rank."""
-    kept = kept_16bit_params(profile, bits, range(share["first_layer"], share["first_layer"] + share["layers"])) \
-        + share.get("routers", 0)
+    kept = _stage_kept_params(profile, bits, share)
     layers_share = share["layers"] / float(profile["num_hidden_layers"])
     stage = (quantized_bytes(profile, bits, share["params"] - kept, narrower_params(profile, layers_share))
              + (kept + share["params_16bit"]) * unquantized_bytes(bits))
@@ -524,7 +542,11 @@ def evaluate_stage(state, ctx, share, overhead):
         padding = (engine_memory.expert_padding_bytes(profile, tp, engine,
                                                       effective_bits(tier["bits"], profile.get("quantization")))
                    + engine_memory.sparse_mla_load_workspace_bytes(profile, tp, loading)
-                   + engine_memory.rope_table_bytes(profile, model_dtype_bytes))
+                   + engine_memory.rope_table_bytes(profile, model_dtype_bytes)
+                   + engine_memory.marlin_fp8_scale_bytes(
+                       profile, engine, tier["bits"],
+                       quantized_params_per_rank(ctx["profile"], tier["bits"], tp, ctx["load_mtp"], share),
+                       model_dtype_bytes))
     weights = (measured if measured else nominal) + padding
     lines, source, entry = overhead
     available = int(engine["kv_cache_memory_bytes"]) if source == OVERHEAD_EXPLICIT_KV else ctx["engine_bytes"] - weights - lines["total"]

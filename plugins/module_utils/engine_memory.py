@@ -1395,6 +1395,29 @@ def expert_padding_bytes(profile, tp, settings, bits_per_weight):
                * bits_per_weight / 8)
 
 
+# Below FP8_NATIVE_CAPABILITY vLLM runs fp8 checkpoints as W8A16 on Marlin (fp8.py use_marlin), and Marlin holds a
+# block-quantized weight's scales (the checkpoint's one fp32 a block_n x block_k block) as one of the model's dtype
+# per output column and block_k rows (marlin_utils_fp8.py prepare_fp8_layer_for_marlin and
+# prepare_moe_fp8_layer_for_marlin, 0.10 - 0.34): 2 / 128 bytes a weight more than the checkpoint holds. MiniMax-M2.7's
+# fp8 checkpoint on four A100s (v0.19, v0.20) printed 0.97 GiB a rank more than its shards: this is 0.82 of it.
+FP8_NATIVE_CAPABILITY = (8, 9)
+
+
+def marlin_fp8_scale_bytes(profile, settings, bits, quantized_params, dtype_bytes):
+    """What one rank's block-quantized fp8 weights (quantized_params of them, at the tier's bits) take beyond the
+    checkpoint's bytes where they run on Marlin (a GPU below FP8_NATIVE_CAPABILITY): their scales widened to one of
+    dtype_bytes per column and block row, less the fp32 block scales the checkpoint held; 0 elsewhere and for an
+    unknown GPU."""
+    quant = profile.get("quantization") or {}
+    block = quant.get("group_size")
+    capability = _capability(settings)
+    if (bits != 8 or not _fp8_experts(profile) or not isinstance(block, list) or len(block) != 2
+            or not capability or capability >= FP8_NATIVE_CAPABILITY):
+        return 0
+    block_n, block_k = block
+    return int(quantized_params * (float(dtype_bytes) / block_k - 4.0 / (block_n * block_k)))
+
+
 # Device memory already in use when an engine takes its first snapshot (its CUDA context; under tensor
 # parallelism also NCCL's communicators): "Free memory on device (x/y GiB) on startup" of the corpus's v0.19
 # H100 logs, 0.51 GiB a single GPU, 1.53 GiB a rank at TP 2 and TP 4.

@@ -431,7 +431,7 @@ budget_gib:
     - Budget lines per GPU in GiB - free, engine_request (ceil(total x utilization)), weights_nominal,
       weights_measured, weights_padding (what loading adds to the checkpoint's bytes - MXFP4 experts padded by
       their kernel, the prefill workspace Hopper's sparse-MLA backend reserves, the rope tables built while
-      loading), weights, activation_peak,
+      loading, the scales Marlin widens block-fp8 weights to below SM 8.9), weights, activation_peak,
       sampler_state, moe_workspace, attention_workspace (what the attention adds to the engine's shared workspace
       beyond the experts' request - DeepSeek-V4's prefill gather, a sparse indexer's prefill buffer), cold_compile
       (from v0.29 what a

@@ -1389,3 +1389,33 @@ def test_each_rope_a_model_builds_is_one_table(config, tables):
     profile = model_profile(config)
     assert [(t["positions"], t["width"], t["element_bytes"]) for t in profile["rope_tables"]] == tables
     assert engine_memory.rope_table_bytes(profile, 2) == sum(p * w * (e or 2) for p, w, e in tables)
+
+
+def test_block_fp8_weights_on_marlin_hold_a_scale_per_column_and_block_row():
+    """Below SM 8.9 vLLM runs fp8 checkpoints as W8A16 on Marlin, which widens a block-quantized weight's scales (one
+    fp32 a 128 x 128 block in the shards) to one bf16 per output column and 128 rows: 2 / 128 bytes a weight beyond
+    the checkpoint. MiniMax-M2.7's fp8 checkpoint on four A100s printed 54.58 GiB a rank, 0.97 more than its
+    parameters give."""
+    p = model_profile(DEEPSEEK_V3)
+    quantized = budget.quantized_params_per_rank(p, 8, 8, False)
+    total, kept = budget._whole_model_params(p, 8, False)          # pylint: disable=protected-access
+    assert quantized == (total - kept) // 8
+    # a pipeline stage holds its own layers' share (the embedding and head at 16 bits wherever they are)
+    stages = [budget.quantized_params_per_rank(p, 8, 8, False, share) for share in budget.stage_shares(p, 2, False)]
+    assert abs(sum(stages) - quantized) <= 0.01 * quantized and stages[0] > 0 and stages[1] > 0
+    a100 = {"gpu_name": "NVIDIA A100-SXM4-80GB"}
+    assert engine_memory.marlin_fp8_scale_bytes(p, a100, 8, quantized, 2) == int(quantized * (2 / 128.0 - 4 / 16384.0))
+    for native in ("NVIDIA L40S", "NVIDIA H100 80GB HBM3", "NVIDIA B200", "an unknown board"):
+        assert engine_memory.marlin_fp8_scale_bytes(p, {"gpu_name": native}, 8, quantized, 2) == 0
+    assert engine_memory.marlin_fp8_scale_bytes(p, a100, 16, quantized, 2) == 0                  # a 16-bit tier
+    per_channel = model_profile(dict(DEEPSEEK_V3, quantization_config={"quant_method": "fp8"}))
+    assert engine_memory.marlin_fp8_scale_bytes(per_channel, a100, 8, quantized, 2) == 0
+    int8 = model_profile(dict(DEEPSEEK_V3, quantization_config={
+        "quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": {
+            "num_bits": 8, "type": "int", "strategy": "block", "block_structure": [128, 128]}}}}))
+    assert engine_memory.marlin_fp8_scale_bytes(int8, a100, 8, quantized, 2) == 0
+    # through the budget, on a host (weights from the parameters) and not where the engine's own figure is used
+    case = next(c for c in kv_accuracy.load_cases(kv_accuracy.CASES) if c["id"] == "moe-minimax-m27-fp8-a100-tp4-v0190")
+    on_a_host = kv_accuracy.predict(case)["budget_bytes"]
+    assert abs(on_a_host["weights"] / 2 ** 30 - 54.58) < 0.2 and on_a_host["weights_padding"] > 0.8 * 2 ** 30
+    assert kv_accuracy.predict(case, weights_from_log=True)["budget_bytes"]["weights_padding"] == 0
