@@ -157,7 +157,8 @@ def engine_of(case, settings, entries=None):
         engine["moe_backend"] = settings["moe_backend"]
     # where the run set them, or its log or install says
     for knob in ("flashinfer_sampler", "max_cudagraph_capture_size", "async_scheduling", "enable_prefix_caching",
-                 "mamba_ssm_cache_dtype", "compile_cache_warm", "mm_encoder_tp_mode"):
+                 "mamba_ssm_cache_dtype", "compile_cache_warm", "mm_encoder_tp_mode", "config_format",
+                 "mistral_format_files"):
         if settings.get(knob) is not None:
             engine[knob] = settings[knob]
     if case["gpu"].get("nvlink") is not None:     # the GPUs' link state, a fact of the host as NVML gives it

@@ -709,8 +709,9 @@ def resolve_engine(engine, gpus, desired_utilization, max_num_seqs):
 
 
 def with_whole_vision_tower(profile, tiers):
-    """The profile and tiers of an engine that runs the vision tower data-parallel (--mm-encoder-tp-mode data):
-    every rank holds the whole tower (tower_bytes, read from the shard headers, in place of its share)."""
+    """The profile and tiers of an engine whose every rank holds the whole vision tower (run data-parallel,
+    --mm-encoder-tp-mode data, or read in Mistral's format: engine_memory.vision_tower_whole): tower_bytes, read from
+    the shard headers, in place of its share."""
     tiers = [dict(tier, weight_bytes_per_rank=tier["weight_bytes_per_rank"] - tier["tower_bytes_per_rank"]
                   + tier["tower_bytes"], tower_bytes_per_rank=tier["tower_bytes"])
              if tier.get("weight_bytes_per_rank") and tier.get("tower_bytes") is not None
@@ -759,7 +760,7 @@ def plan(profile, tiers, gpus, gpu_memory_utilization=None, kv_cache_dtype="auto
     tower_skipped = engine_memory.vision_tower_skipped(profile, engine)
     if tower_skipped:
         profile, tiers = without_vision_tower(profile, tiers)
-    elif engine_memory.vision_tower_data_parallel(profile, engine):
+    elif engine_memory.vision_tower_whole(profile, engine):
         profile, tiers = with_whole_vision_tower(profile, tiers)
     block_size = block_size or engine_memory.default_block_size(engine["platform"], bool(profile.get("mla")),
                                                                 engine.get("version"))
@@ -947,7 +948,7 @@ def engine_summary(engine):
             "max_num_batched_tokens_source",
             "enforce_eager", "expert_parallel", "flashinfer_sampler", "cudagraph_counted", "v0_engine",
             "model_runner_v2", "environment", "kv_cache_memory_bytes", "runtime_overhead_gib",
-            "model_id") + ENGINE_CONFIG_SETTINGS
+            "model_id", "mistral_format_files") + ENGINE_CONFIG_SETTINGS
     return {k: engine.get(k) for k in keys}
 
 

@@ -141,8 +141,7 @@ def read_checkpoint(directory):
     for the first damaged file (missing shard, truncated, corrupt header, index disagreeing).
     """
     weight_map, total_size = read_index(directory)
-    shards = (sorted(f for f in os.listdir(directory) if f.endswith(".safetensors")) if weight_map is None
-              else sorted(set(weight_map.values())))
+    shards = (_unindexed_shards(os.listdir(directory)) if weight_map is None else sorted(set(weight_map.values())))
     tensors = {}
     for shard in shards:
         path = os.path.join(directory, shard)
@@ -153,6 +152,20 @@ def read_checkpoint(directory):
     if weight_map is not None:
         _check_index(directory, weight_map, total_size, tensors)
     return {"shards": shards, "tensors": tensors, "total_size": total_size}
+
+
+def _unindexed_shards(names):
+    """The safetensors files of a directory without an index: all of them, but Mistral's consolidated*.safetensors
+    where other shards are there too (mistralai's repositories ship the weights twice, once per format)."""
+    shards = sorted(name for name in names if name.endswith(".safetensors"))
+    others = [name for name in shards if not is_mistral_consolidated(name)]
+    return others or shards
+
+
+def is_mistral_consolidated(name):
+    """Whether a file name is one of Mistral's own-format weight files (consolidated.safetensors,
+    consolidated-00001-of-00002.safetensors)."""
+    return name.startswith("consolidated") and name.endswith(".safetensors")
 
 
 def _check_index(directory, weight_map, total_size, tensors):

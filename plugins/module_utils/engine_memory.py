@@ -441,12 +441,16 @@ CONFIG_SETTINGS = {"enable-prefix-caching": "enable_prefix_caching", "mamba-ssm-
                    "block-size": "block_size", "limit-mm-per-prompt": "mm_limits",
                    "language-model-only": "language_model_only", "skip-mm-profiling": "skip_mm_profiling",
                    "attention-backend": "attention_backend", "disable-custom-all-reduce": "disable_custom_all_reduce",
-                   "enable-extensible-kv-cache": "extensible_kv_cache", "mm-encoder-tp-mode": "mm_encoder_tp_mode"}
+                   "enable-extensible-kv-cache": "extensible_kv_cache", "mm-encoder-tp-mode": "mm_encoder_tp_mode",
+                   "config-format": "config_format"}
 # Modelled options newer than some engines, which refuse them as unknown arguments.
 CONFIG_SINCE = {"enable-extensible-kv-cache": EXTENSIBLE_KV_CACHE_SINCE, "mm-encoder-tp-mode": (0, 10, 2)}
 # vLLM's MMEncoderTPMode (vllm/config/multimodal.py): "weights" shards the tower's weights over the tensor-parallel
 # ranks (its default), "data" keeps the whole tower on every rank and shares the images out among them.
 MM_ENCODER_TP_MODES = ("weights", "data")
+# vLLM's --config-format: "auto" (its default: MISTRAL_FORMAT_AUTO_SINCE below), "hf" (config.json) or "mistral"
+# (params.json, the checkpoint's consolidated*.safetensors).
+CONFIG_FORMATS = ("auto", "hf", "mistral")
 BOOLEAN_CONFIG = ("enable-prefix-caching", "async-scheduling", "language-model-only", "skip-mm-profiling",
                   "disable-custom-all-reduce", "enable-extensible-kv-cache")
 # Of those, the flags the engine leaves off by default: false is its default, not a setting of the run's.
@@ -531,7 +535,7 @@ def config_settings(config, version=None):
 OVERHEAD_CONFIG_SETTINGS = ("async_scheduling", "max_cudagraph_capture_size", "num_speculative_tokens",
                             "speculative_method", "mm_limits", "language_model_only", "skip_mm_profiling",
                             "attention_backend", "unmodelled_config", "environment", "compile_cache_warm",
-                            "disable_custom_all_reduce")
+                            "disable_custom_all_reduce", "config_format")
 
 
 def overhead_config_key(settings, profile=None):
@@ -685,6 +689,8 @@ def _config_value(flag, value, negated, false_honoured):
         return _mm_limits(value)
     if flag == "mm-encoder-tp-mode":     # "weights" is the engine's own mode: not a setting of the run's
         return None if value not in MM_ENCODER_TP_MODES else value if value != "weights" else _ENGINE_DEFAULT
+    if flag == "config-format":          # "auto" is the engine's own choice
+        return None if value not in CONFIG_FORMATS else value if value != "auto" else _ENGINE_DEFAULT
     if flag == "attention-backend":
         # vLLM takes the backend's name (AttentionBackendEnum); None is its own choice
         return value.strip().upper() if isinstance(value, str) and value.strip() else None
@@ -1973,6 +1979,34 @@ ENCODER_TP_DATA_UNTIL = {"Tarsier2ForConditionalGeneration": (0, 25, 0), "HunYua
 # with it may already have it, and is taken to (the whole tower: the safe side).
 ENCODER_TP_DATA_WHEELS_READ = ((0, 10, 2), (0, 11, 0), (0, 13, 0), (0, 15, 1), (0, 17, 1), (0, 19, 0), (0, 21, 0),
                                (0, 23, 0)) + tuple((0, minor, 0) for minor in range(24, 35))
+
+
+# With --config-format auto vLLM reads Mistral's own format where the checkpoint has it (params.json beside
+# consolidated*.safetensors, as mistralai's repositories ship it next to config.json): from 0.13 params.json comes
+# first (0.11 took config.json first; transformers_utils/config.py get_config, read in 0.10.1 - 0.25.1). A multimodal
+# model read so runs PixtralForConditionalGeneration, whose vision encoder, patch merger and adapter are plain
+# nn.Linear (pixtral.py VisionTransformer, 0.19), whole on every tensor-parallel rank, where config.json's
+# Mistral3ForConditionalGeneration splits its tower (PixtralHFVisionModel): Mistral-Small-3.1 at TP 2 and TP 4 on
+# v0.19 loaded its 0.82 GiB tower on every rank.
+MISTRAL_FORMAT_AUTO_SINCE = (0, 13, 0)
+
+
+def reads_mistral_format(settings):
+    """Whether the engine reads the checkpoint in Mistral's own format: config_format as set, else (auto) where the
+    checkpoint holds it (mistral_format_files, the weight directory's params.json and consolidated*.safetensors)
+    from MISTRAL_FORMAT_AUTO_SINCE."""
+    chosen = settings.get("config_format") or "auto"
+    if chosen != "auto":
+        return chosen == "mistral"
+    return bool(settings.get("mistral_format_files")) and _version(settings) >= MISTRAL_FORMAT_AUTO_SINCE
+
+
+def vision_tower_whole(profile, settings):
+    """Whether every tensor-parallel rank holds the whole vision tower: run data-parallel (vision_tower_data_parallel)
+    or read in Mistral's format (reads_mistral_format)."""
+    if not (profile.get("params") or {}).get("vision"):
+        return False
+    return vision_tower_data_parallel(profile, settings) or reads_mistral_format(settings)
 
 
 def vision_tower_data_parallel(profile, settings):

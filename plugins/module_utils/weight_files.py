@@ -42,7 +42,7 @@ def inspect_weights(path, tp=1, overrides=None, served_float_bytes=None):
             "profile": None, "params_config": None, "params_header": None, "bytes_by_dtype": None,
             "data_bytes": None, "mtp_bytes": None, "measured_bytes": None, "files": 0, "bits": None,
             "weight_dtype": None, "weight_bytes_per_rank": None, "mtp_bytes_per_rank": None, "tower_bytes_per_rank": None,
-            "tower_bytes": None,
+            "tower_bytes": None, "mistral_format_files": False,
             "tensor_parallel_size": tp, "guessed": [], "warnings": []}
     try:
         _read(path, tp, overrides or {}, info, served_float_bytes)
@@ -82,6 +82,9 @@ def _read(path, tp, overrides, info, served_float_bytes):
         raise checkpoint.CheckpointError(path, "not_a_directory", "is a file, not a weight directory")
     names = os.listdir(path)
     weights = [n for n in names if n.endswith(".safetensors") or n.endswith(PICKLE_SUFFIXES)]
+    # Mistral's own format beside config.json, which vLLM's --config-format auto may read instead
+    # (engine_memory.reads_mistral_format)
+    info["mistral_format_files"] = "params.json" in names and any(checkpoint.is_mistral_consolidated(n) for n in names)
     if "config.json" not in names:
         if not weights:
             raise _absent(path, "no config.json and no weight files")

@@ -175,7 +175,9 @@ options:
         vision tower's dummy batch in the profile run and whether the tower is built at all (with no image or video
         input its weights are not loaded, for most models from v0.15.0 and some classes before), and
         C(mm-encoder-tp-mode) (with V(data) every rank holds the whole tower and encodes its share of the items
-        unsharded, where the engine's class runs its tower that way).
+        unsharded, where the engine's class runs its tower that way), and C(config-format) (with V(mistral), or
+        V(auto) from v0.13.0 where a tier's checkpoint holds Mistral's own C(params.json) and
+        C(consolidated*.safetensors), the engine reads that format, whose Pixtral vision tower every rank holds whole).
       - Keys the collection sets itself - this module's options (C(max-num-batched-tokens), C(enforce-eager),
         C(enable-expert-parallel), C(kv-cache-dtype), C(max-model-len), C(max-num-seqs), C(gpu-memory-utilization),
         C(tensor-parallel-size) and the like) and the serve role's (C(served-model-name), C(host), C(port), the node
@@ -482,8 +484,9 @@ weight_dirs:
       C(measured_bytes), C(files) (shard count), C(bits), C(weight_dtype), C(weight_bytes_per_rank) (as loaded,
       an unquantized checkpoint's floating tensors at the tier's C(dtype)), C(mtp_bytes_per_rank),
       C(tower_bytes_per_rank) (a multimodal tower's part of it), C(tower_bytes) (the whole tower, what a rank holds
-      with C(mm-encoder-tp-mode) C(data)), C(tensor_parallel_size), C(guessed) (config
-      fields defaulted) and C(warnings).
+      with C(mm-encoder-tp-mode) C(data) or in Mistral's format), C(mistral_format_files) (C(params.json) and
+      C(consolidated*.safetensors) are there too; the shard headers read are config.json's), C(tensor_parallel_size),
+      C(guessed) (config fields defaulted) and C(warnings).
   returned: always
   type: list
   elements: dict
@@ -556,9 +559,11 @@ BAD_INPUT = "bad_input"
 NO_MTP_LAYER = "no_mtp_layer"     # a whole checkpoint the engine's MTP drafter cannot use: the tier is not offered
 
 
-def engine_settings(params, from_config):
+def engine_settings(params, from_config, tiers=()):
     """What budget.plan models of the engine; the GPU model names the calibration key. from_config: the settings
-    engine_memory.config_settings read in the engine's further config."""
+    engine_memory.config_settings read in the engine's further config; tiers: inspect_tiers' (whether their
+    checkpoints hold Mistral's own format, which the engine may read instead of config.json)."""
+    present = [tier for tier in tiers if tier.get("present")]
     gpus = params["gpus"]
     group = (gpus or [])[:tensor_parallel_size(params)]      # one tensor-parallel group's GPUs
     from_environment = engine_memory.engine_environment(params["engine_version"], params["engine_environment"])
@@ -574,6 +579,7 @@ def engine_settings(params, from_config):
                                                                params["flashinfer_installed"]),
         "runtime_overhead_gib": params["runtime_overhead_gib"], "model_id": params["model_id"],
         "calibration_entries": params["calibration_entries"],
+        "mistral_format_files": bool(present) and all(tier.get("mistral_format_files") for tier in present),
     })
 
 
@@ -635,7 +641,8 @@ def inspect_tiers(tiers, tp, overrides, load_mtp, mtp_drafts=False):
                                  % found["path"])
         planned.append(dict(tier, profile=found["profile"], bits=found["bits"], measured_bytes=found["measured_bytes"],
                             weight_bytes_per_rank=per_rank, tower_bytes_per_rank=found["tower_bytes_per_rank"],
-                            tower_bytes=found["tower_bytes"], **usable))
+                            tower_bytes=found["tower_bytes"], mistral_format_files=found["mistral_format_files"],
+                            **usable))
     return inspected, planned
 
 
@@ -660,7 +667,7 @@ def run_plan(module, profile, tiers, from_config):
         block_size=params["block_size"] or from_config.get("block_size"),
         max_model_len_multiple=params["max_model_len_multiple"],
         load_mtp=params["load_mtp"],
-        engine=engine_settings(params, from_config),
+        engine=engine_settings(params, from_config, tiers),
     )
 
 

@@ -487,3 +487,75 @@ def test_the_encoder_s_tp_mode_is_read_from_the_further_config(value, expected):
     assert engine_memory.config_settings({"mm-encoder-tp-mode": "data"}, "0.10.1")[1] == [
         "mm-encoder-tp-mode is an option of vLLM 0.10.2 and later, not of 0.10.1"]
     assert engine_memory.overhead_config_key(engine(mm_encoder_tp_mode="data")) == "mm_encoder_tp_mode=data"
+
+
+# mistralai/Mistral-Small-3.1-24B-Instruct-2503's config.json (the published values: wlejon/brolm's verbatim copy)
+MISTRAL_SMALL_31 = {
+    "architectures": ["Mistral3ForConditionalGeneration"], "model_type": "mistral3", "spatial_merge_size": 2,
+    "multimodal_projector_bias": False, "projector_hidden_act": "gelu", "vision_feature_layer": -1,
+    "text_config": {"model_type": "mistral", "hidden_size": 5120, "intermediate_size": 32768, "num_hidden_layers": 40,
+                    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 131072,
+                    "max_position_embeddings": 131072, "rope_theta": 1000000000.0},
+    "vision_config": {"model_type": "pixtral", "hidden_act": "silu", "hidden_size": 1024, "intermediate_size": 4096,
+                      "num_hidden_layers": 24, "num_attention_heads": 16, "head_dim": 64, "patch_size": 14,
+                      "image_size": 1540, "num_channels": 3},
+    "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.parametrize("settings, mistral", [
+    ({"config_format": "mistral", "version": "0.11.0"}, True),                 # as set
+    ({"config_format": "hf", "version": "0.19.0", "mistral_format_files": True}, False),
+    ({"version": "0.19.0", "mistral_format_files": True}, True),               # auto, the files there
+    ({"version": "0.13.0", "mistral_format_files": True}, True),
+    ({"version": "0.11.0", "mistral_format_files": True}, False),              # auto took config.json first
+    ({"version": "0.19.0"}, False),                                            # auto, config.json alone
+])
+def test_which_engines_read_mistral_s_own_format(settings, mistral):
+    assert engine_memory.reads_mistral_format(settings) is mistral
+    assert engine_memory.vision_tower_whole(model_profile(MISTRAL_SMALL_31), settings) is mistral
+    assert engine_memory.vision_tower_whole(model_profile(dict(MISTRAL_SMALL_31, vision_config=None)), settings) is False
+
+
+def test_mistral_s_format_keeps_the_pixtral_tower_whole_on_every_rank():
+    """Read in Mistral's own format (PixtralForConditionalGeneration: plain nn.Linear), every rank of TP 4 holds the
+    whole tower; config.json's class splits it four ways."""
+    gpus = [{"index": i, "total": 80 * GIB, "free": 80 * GIB} for i in range(4)]
+    profile = model_profile(MISTRAL_SMALL_31)
+    tower = profile["params"]["vision"] * 2
+    assert 0.75 * GIB < tower < 0.85 * GIB        # the engine's loads show 0.82 GiB a rank at TP 1, 2 and 4
+
+    def budgeted(**settings):
+        result = plan(profile, [{"name": "bf16", "bits": 16, "present": True, "dtype": "bfloat16", "weights_dir": "/w"}],
+                      gpus, max_model_len=32768, min_max_model_len=32768, max_num_seqs=8, min_max_num_seqs=8,
+                      tensor_parallel_size=4, engine=engine(max_model_len=32768, **settings))
+        return result["budget_bytes"]
+
+    split, whole = budgeted(), budgeted(config_format="mistral")
+    assert whole["weights"] - split["weights"] == pytest.approx(tower - tower / 4, abs=4)
+    assert budgeted(mistral_format_files=True, version="0.19.0")["weights"] == whole["weights"]
+
+
+def test_a_config_format_is_read_from_the_engine_s_config():
+    assert engine_memory.config_settings({"config_format": "mistral"})[0] == {"config_format": "mistral"}
+    assert engine_memory.config_settings({"config-format": "auto"})[0] == {}          # the engine's own choice
+    assert "not a value vLLM takes" in engine_memory.config_settings({"config-format": "gguf"})[1][0]
+
+
+def test_mistral_s_own_files_are_noticed_and_not_counted_twice(tmp_path):
+    """mistralai's repositories hold the weights twice, config.json's shards and consolidated*.safetensors with
+    params.json: the headers read are the shards' (by the index, or without one all but the consolidated files)."""
+    import shutil
+    plain = inspect_weights(sample_checkpoints.write(tmp_path / "plain"))
+    assert plain["mistral_format_files"] is False
+    both = tmp_path / "both"
+    shutil.copytree(tmp_path / "plain", both)
+    shard = sorted(name for name in (p.name for p in both.iterdir()) if name.endswith(".safetensors"))[0]
+    shutil.copy(both / shard, both / "consolidated.safetensors")
+    (both / "params.json").write_text(json.dumps({"dim": 128}))
+    found = inspect_weights(str(both))
+    assert found["mistral_format_files"] is True and found["measured_bytes"] == plain["measured_bytes"]
+    index = [p for p in both.iterdir() if p.name.endswith(".index.json")]
+    for path in index:            # without an index every shard but the consolidated ones is read
+        path.unlink()
+    assert inspect_weights(str(both))["measured_bytes"] == plain["measured_bytes"]

@@ -441,3 +441,25 @@ def test_the_engine_environment_moves_the_budget_and_its_key(tmp_path):
     assert default["engine"]["environment"] is None
     assert "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0" in off["calibration_fields"]["engine_config"]
     assert "VLLM_MEMORY" not in default["calibration_fields"]["engine_config"]
+
+
+def test_a_checkpoint_in_mistral_s_own_format_too_reaches_the_budget(tmp_path):
+    """params.json and consolidated*.safetensors beside config.json (as mistralai ships them): the engine may read that
+    format (config-format auto), which the budget is told; a tier without them, or one of two, tells it nothing."""
+    import shutil
+    plain = sample_checkpoints.write(tmp_path / "bf16")
+    both = str(tmp_path / "both")
+    shutil.copytree(plain, both)
+    shutil.copy(os.path.join(both, sorted(f for f in os.listdir(both) if f.endswith(".safetensors"))[0]),
+                os.path.join(both, "consolidated.safetensors"))
+    with open(os.path.join(both, "params.json"), "w") as handle:
+        handle.write("{}")
+    told = run_module(engine_budget.main, args([{"name": "bf16", "weights_dir": both}])).result
+    assert told["engine"]["mistral_format_files"] is True
+    assert [d["mistral_format_files"] for d in told["weight_dirs"]] == [True]
+    plain_result = run_module(engine_budget.main, args([{"name": "bf16", "weights_dir": plain}])).result
+    assert plain_result["engine"]["mistral_format_files"] is False
+    assert told["budget_bytes"]["weights"] == plain_result["budget_bytes"]["weights"]      # read once
+    mixed = run_module(engine_budget.main, args([{"name": "bf16", "weights_dir": both},
+                                                 {"name": "fp8", "weights_dir": str(tmp_path / "none")}])).result
+    assert mixed["engine"]["mistral_format_files"] is True          # an absent tier is not asked
