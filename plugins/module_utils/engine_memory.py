@@ -747,7 +747,9 @@ def forward_bytes(profile, tp, tokens, act_bytes=2):
     if moe and moe.get("num_shared_experts"):
         shared_inter = moe["num_shared_experts"] * (moe.get("shared_expert_intermediate_size")
                                                     or moe["moe_intermediate_size"]) // tp
-    per_token = (COPIES["residual"] * hidden + 2 * q_dim + kv_dim + 2 * max(dense_inter, shared_inter)) * act_bytes
+    # an output-gated attention (model_config.OUTPUT_GATED_ATTENTION_TYPES) projects a gate as wide as its queries
+    gate = q_dim if profile.get("attention_output_gate") else 0
+    per_token = (COPIES["residual"] * hidden + 2 * q_dim + gate + kv_dim + 2 * max(dense_inter, shared_inter)) * act_bytes
     router = tokens * moe["num_experts"] * 4 if moe else 0
     return int(tokens * per_token + router)
 
@@ -1982,13 +1984,16 @@ ENCODER_TP_DATA_WHEELS_READ = ((0, 10, 2), (0, 11, 0), (0, 13, 0), (0, 15, 1), (
 
 
 # With --config-format auto vLLM reads Mistral's own format where the checkpoint has it (params.json beside
-# consolidated*.safetensors, as mistralai's repositories ship it next to config.json): from 0.13 params.json comes
-# first (0.11 took config.json first; transformers_utils/config.py get_config, read in 0.10.1 - 0.25.1). A multimodal
-# model read so runs PixtralForConditionalGeneration, whose vision encoder, patch merger and adapter are plain
-# nn.Linear (pixtral.py VisionTransformer, 0.19), whole on every tensor-parallel rank, where config.json's
-# Mistral3ForConditionalGeneration splits its tower (PixtralHFVisionModel): Mistral-Small-3.1 at TP 2 and TP 4 on
-# v0.19 loaded its 0.82 GiB tower on every rank.
-MISTRAL_FORMAT_AUTO_SINCE = (0, 13, 0)
+# consolidated*.safetensors, as mistralai's repositories ship it next to config.json): from 0.12 params.json comes
+# first (alone up to 0.15, with a consolidated*.safetensors file from 0.16; 0.11 took config.json first;
+# transformers_utils/config.py get_config, read in 0.10.1 - 0.34). A multimodal model read so runs
+# PixtralForConditionalGeneration, whose vision encoder, patch merger and adapter are plain nn.Linear before
+# MISTRAL_TOWER_SPLIT_SINCE (pixtral.py VisionTransformer, 0.10.1 - 0.19.1), whole on every tensor-parallel rank,
+# where config.json's Mistral3ForConditionalGeneration splits its tower (PixtralHFVisionModel): Mistral-Small-3.1 at
+# TP 2 and TP 4 on v0.19 loaded its 0.82 GiB tower on every rank. From 0.20 that encoder is split too (only its
+# adapter and merger, tens of MiB, stay whole).
+MISTRAL_FORMAT_AUTO_SINCE = (0, 12, 0)
+MISTRAL_TOWER_SPLIT_SINCE = (0, 20, 0)
 
 
 def reads_mistral_format(settings):
@@ -2003,10 +2008,11 @@ def reads_mistral_format(settings):
 
 def vision_tower_whole(profile, settings):
     """Whether every tensor-parallel rank holds the whole vision tower: run data-parallel (vision_tower_data_parallel)
-    or read in Mistral's format (reads_mistral_format)."""
+    or read in Mistral's format (reads_mistral_format) before MISTRAL_TOWER_SPLIT_SINCE."""
     if not (profile.get("params") or {}).get("vision"):
         return False
-    return vision_tower_data_parallel(profile, settings) or reads_mistral_format(settings)
+    return vision_tower_data_parallel(profile, settings) or (
+        reads_mistral_format(settings) and _version(settings) < MISTRAL_TOWER_SPLIT_SINCE)
 
 
 def vision_tower_data_parallel(profile, settings):

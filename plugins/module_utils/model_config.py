@@ -1057,10 +1057,13 @@ def quantization(config, outer_expert_dtype=None):
     zero_point = None                  # unknown: GPTQ and AWQ files hold qzeros whether or not they are symmetric
     groups = [group for group in (config.get("config_groups") or {}).values()
               if isinstance(group, dict) and isinstance(group.get("weights") or {}, dict)]
+    block = config.get("weight_block_size")                     # block-wise fp8 (DeepSeek-V3)
     if groups:                                                   # compressed-tensors: the widest scheme leads
         weights = max((group.get("weights") or {} for group in groups), key=lambda w: _group_bits(w) or 0)
         bits = bits or _group_bits(weights)
         group_size = group_size or weights.get("group_size")
+        if weights.get("strategy") == "block":                   # its block-wise fp8 spelling
+            block = block or weights.get("block_structure")
         weight_type = weight_type or weights.get("type")
         if weights.get("symmetric") is True:
             zero_point = False         # pack-quantized symmetric weights carry no weight_zero_point
@@ -1077,7 +1080,6 @@ def quantization(config, outer_expert_dtype=None):
         algo_bits, algo_type, algo_group = MODELOPT_ALGOS[algo]
         bits, weight_type = bits or algo_bits, weight_type or algo_type
         group_size = group_size or algo_group
-    block = config.get("weight_block_size")                     # block-wise fp8 (DeepSeek-V3)
     return {
         "method": method,
         "bits": int(bits or QUANT_METHOD_BITS.get(method, 16)),

@@ -176,8 +176,9 @@ options:
         input its weights are not loaded, for most models from v0.15.0 and some classes before), and
         C(mm-encoder-tp-mode) (with V(data) every rank holds the whole tower and encodes its share of the items
         unsharded, where the engine's class runs its tower that way), and C(config-format) (with V(mistral), or
-        V(auto) from v0.13.0 where a tier's checkpoint holds Mistral's own C(params.json) and
-        C(consolidated*.safetensors), the engine reads that format, whose Pixtral vision tower every rank holds whole).
+        V(auto) from v0.12.0 where a tier's checkpoint holds Mistral's own C(params.json) and
+        C(consolidated*.safetensors), the engine reads that format, whose Pixtral vision tower every rank holds whole
+        before v0.20.0).
       - Keys the collection sets itself - this module's options (C(max-num-batched-tokens), C(enforce-eager),
         C(enable-expert-parallel), C(kv-cache-dtype), C(max-model-len), C(max-num-seqs), C(gpu-memory-utilization),
         C(tensor-parallel-size) and the like) and the serve role's (C(served-model-name), C(host), C(port), the node
@@ -579,7 +580,8 @@ def engine_settings(params, from_config, tiers=()):
                                                                params["flashinfer_installed"]),
         "runtime_overhead_gib": params["runtime_overhead_gib"], "model_id": params["model_id"],
         "calibration_entries": params["calibration_entries"],
-        "mistral_format_files": bool(present) and all(tier.get("mistral_format_files") for tier in present),
+        # one flag for the engine: where tiers differ, the format that holds more on a rank (the whole tower)
+        "mistral_format_files": any(tier.get("mistral_format_files") for tier in present),
     })
 
 

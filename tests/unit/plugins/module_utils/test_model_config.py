@@ -435,6 +435,11 @@ def test_qwen3_next_family_attention_carries_an_output_gate_as_wide_as_its_queri
               "text_config": dict({k: v for k, v in QWEN3_NEXT_80B.items() if k != "architectures"},
                                   model_type="qwen3_5_text", attn_output_gate=True)}
     assert model_profile(qwen35)["attention_output_gate"] is True
+    # a wrapper whose own model_type is not listed: the text config's family decides
+    wrapped = dict(qwen35, model_type="some_wrapper", text_config=dict(qwen35["text_config"], model_type="qwen3_5_moe_text"))
+    assert model_profile(wrapped)["attention_output_gate"] is True
+    # the profile run's forward holds the gate's projection beside the queries
+    assert engine_memory.forward_bytes(silent, 1, 1024) - engine_memory.forward_bytes(off, 1, 1024) == 1024 * gate // 2048 * 2
 
 
 def test_nemotron_h_pattern_skips_mlp_layers_and_reads_mamba2_fields():
@@ -1410,6 +1415,12 @@ def test_block_fp8_weights_on_marlin_hold_a_scale_per_column_and_block_row():
     assert engine_memory.marlin_fp8_scale_bytes(p, a100, 16, quantized, 2) == 0                  # a 16-bit tier
     per_channel = model_profile(dict(DEEPSEEK_V3, quantization_config={"quant_method": "fp8"}))
     assert engine_memory.marlin_fp8_scale_bytes(per_channel, a100, 8, quantized, 2) == 0
+    compressed = model_profile(dict(DEEPSEEK_V3, quantization_config={         # compressed-tensors' block spelling
+        "quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": {
+            "num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]}}}}))
+    assert compressed["quantization"]["group_size"] == [128, 128]
+    assert engine_memory.marlin_fp8_scale_bytes(compressed, a100, 8, quantized, 2) == int(
+        quantized * (2 / 128.0 - 4 / 16384.0))
     int8 = model_profile(dict(DEEPSEEK_V3, quantization_config={
         "quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": {
             "num_bits": 8, "type": "int", "strategy": "block", "block_structure": [128, 128]}}}}))

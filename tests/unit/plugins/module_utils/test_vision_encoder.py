@@ -507,13 +507,15 @@ MISTRAL_SMALL_31 = {
     ({"config_format": "mistral", "version": "0.11.0"}, True),                 # as set
     ({"config_format": "hf", "version": "0.19.0", "mistral_format_files": True}, False),
     ({"version": "0.19.0", "mistral_format_files": True}, True),               # auto, the files there
-    ({"version": "0.13.0", "mistral_format_files": True}, True),
-    ({"version": "0.11.0", "mistral_format_files": True}, False),              # auto took config.json first
+    ({"version": "0.12.0", "mistral_format_files": True}, True),
+    ({"version": "0.11.2", "mistral_format_files": True}, False),              # auto took config.json first
     ({"version": "0.19.0"}, False),                                            # auto, config.json alone
+    ({"version": "0.20.0", "mistral_format_files": True}, True),               # read so, its tower split from 0.20
 ])
 def test_which_engines_read_mistral_s_own_format(settings, mistral):
     assert engine_memory.reads_mistral_format(settings) is mistral
-    assert engine_memory.vision_tower_whole(model_profile(MISTRAL_SMALL_31), settings) is mistral
+    whole = mistral and engine_memory.engine_version(settings["version"]) < (0, 20, 0)
+    assert engine_memory.vision_tower_whole(model_profile(MISTRAL_SMALL_31), settings) is whole
     assert engine_memory.vision_tower_whole(model_profile(dict(MISTRAL_SMALL_31, vision_config=None)), settings) is False
 
 
@@ -528,10 +530,11 @@ def test_mistral_s_format_keeps_the_pixtral_tower_whole_on_every_rank():
     def budgeted(**settings):
         result = plan(profile, [{"name": "bf16", "bits": 16, "present": True, "dtype": "bfloat16", "weights_dir": "/w"}],
                       gpus, max_model_len=32768, min_max_model_len=32768, max_num_seqs=8, min_max_num_seqs=8,
-                      tensor_parallel_size=4, engine=engine(max_model_len=32768, **settings))
+                      tensor_parallel_size=4, engine=engine(**dict(dict(max_model_len=32768, version="0.19.0"), **settings)))
         return result["budget_bytes"]
 
     split, whole = budgeted(), budgeted(config_format="mistral")
+    assert budgeted(config_format="mistral", version="0.20.0")["weights"] == split["weights"]     # split from 0.20
     assert whole["weights"] - split["weights"] == pytest.approx(tower - tower / 4, abs=4)
     assert budgeted(mistral_format_files=True, version="0.19.0")["weights"] == whole["weights"]
 
@@ -542,6 +545,15 @@ def test_a_config_format_is_read_from_the_engine_s_config():
     assert "not a value vLLM takes" in engine_memory.config_settings({"config-format": "gguf"})[1][0]
 
 
+def _consolidated(path, rows):
+    """A consolidated.safetensors in Mistral's own tensor names (one bf16 matrix of rows x 64)."""
+    import struct
+    tensor = {"dtype": "BF16", "shape": [rows, 64], "data_offsets": [0, rows * 64 * 2]}
+    header = json.dumps({"layers.0.attention.wq.weight": tensor}).encode()
+    header += b" " * (-len(header) % 8)
+    path.write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * (rows * 64 * 2))
+
+
 def test_mistral_s_own_files_are_noticed_and_not_counted_twice(tmp_path):
     """mistralai's repositories hold the weights twice, config.json's shards and consolidated*.safetensors with
     params.json: the headers read are the shards' (by the index, or without one all but the consolidated files)."""
@@ -550,8 +562,9 @@ def test_mistral_s_own_files_are_noticed_and_not_counted_twice(tmp_path):
     assert plain["mistral_format_files"] is False
     both = tmp_path / "both"
     shutil.copytree(tmp_path / "plain", both)
-    shard = sorted(name for name in (p.name for p in both.iterdir()) if name.endswith(".safetensors"))[0]
-    shutil.copy(both / shard, both / "consolidated.safetensors")
+    _consolidated(both / "consolidated.safetensors", 4096)
+    found = inspect_weights(str(both))
+    assert found["mistral_format_files"] is False                 # no params.json: not Mistral's format
     (both / "params.json").write_text(json.dumps({"dim": 128}))
     found = inspect_weights(str(both))
     assert found["mistral_format_files"] is True and found["measured_bytes"] == plain["measured_bytes"]
@@ -559,3 +572,8 @@ def test_mistral_s_own_files_are_noticed_and_not_counted_twice(tmp_path):
     for path in index:            # without an index every shard but the consolidated ones is read
         path.unlink()
     assert inspect_weights(str(both))["measured_bytes"] == plain["measured_bytes"]
+    alone = tmp_path / "alone"    # a directory of consolidated files alone reads them
+    alone.mkdir()
+    shutil.copy(both / "config.json", alone / "config.json")
+    _consolidated(alone / "consolidated.safetensors", 4096)
+    assert inspect_weights(str(alone))["files"] == 1

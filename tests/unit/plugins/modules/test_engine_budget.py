@@ -460,6 +460,10 @@ def test_a_checkpoint_in_mistral_s_own_format_too_reaches_the_budget(tmp_path):
     plain_result = run_module(engine_budget.main, args([{"name": "bf16", "weights_dir": plain}])).result
     assert plain_result["engine"]["mistral_format_files"] is False
     assert told["budget_bytes"]["weights"] == plain_result["budget_bytes"]["weights"]      # read once
+    absent = run_module(engine_budget.main, args([{"name": "bf16", "weights_dir": both},
+                                                  {"name": "fp8", "weights_dir": str(tmp_path / "none")}])).result
+    assert absent["engine"]["mistral_format_files"] is True         # an absent tier is not asked
+    fp8 = sample_checkpoints.write(tmp_path / "fp8", "fp8")
     mixed = run_module(engine_budget.main, args([{"name": "bf16", "weights_dir": both},
-                                                 {"name": "fp8", "weights_dir": str(tmp_path / "none")}])).result
-    assert mixed["engine"]["mistral_format_files"] is True          # an absent tier is not asked
+                                                 {"name": "fp8", "weights_dir": fp8}])).result
+    assert mixed["engine"]["mistral_format_files"] is True          # the format that holds more on a rank
