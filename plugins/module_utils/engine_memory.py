@@ -1075,15 +1075,75 @@ def expert_workspace_parts(profile, tp, settings, act_bytes=2):
     if backend == MOE_FLASHINFER_CUTLASS:
         local_experts = moe["num_experts"] // (tp if settings.get("expert_parallel") else 1)
         return flashinfer_cutlass_workspace_bytes(tokens, chunk, top_k, inter, hidden, local_experts)
-    workspace = int(modular_workspace_elements(chunk, top_k, inter, hidden) * act_bytes)
     if backend == MOE_OTHER:
         # FlashInfer's TRT-LLM kernels (SM100 fp8, NVFP4 and MXFP4 experts) manage their own workspaces inside each
         # call and vLLM keeps none for them (fused_moe/experts/trtllm_fp8_moe.py, trtllm_nvfp4_moe.py and
         # trtllm_mxfp4_moe.py workspace_shapes: (0,), "managed by flashinfer", 0.29; fp8 the same in 0.21; the
-        # monolithic form, taken first, has no output buffer either): Triton's shapes, per call
-        return 0, workspace
+        # monolithic form, taken first, has no output buffer either): per call. Other kernels of this family
+        # (SM 12.x's) take Triton's shapes for want of their own.
+        if (_capability(settings) or (0,))[0] == TRTLLM_MOE_CAPABILITY_MAJOR:
+            local_experts = moe["num_experts"] // (tp if settings.get("expert_parallel") else 1)
+            return 0, trtllm_moe_call_bytes(profile, tokens, top_k, inter, hidden, local_experts)
+        return 0, int(modular_workspace_elements(chunk, top_k, inter, hidden) * act_bytes)
+    workspace = int(modular_workspace_elements(chunk, top_k, inter, hidden) * act_bytes)
     # Triton experts (and, for want of their own shapes, vLLM's CUTLASS)
     return workspace, 0
+
+
+# FlashInfer's TRT-LLM fused MoE (SM 10.x: B200, B300, GB200) allocates its buffers through torch on every call
+# (csrc/trtllm_fused_moe_kernel_launcher.cu, the same shapes in 0.2.14, 0.4.1, 0.5.3 and 0.6.13, the release vLLM
+# 0.25.1 pins): routing indices, int32 a routed row; the first GEMM's output and, where the activation is not fused
+# into it (DeepSeek-style fp8 blocks, fp8 per tensor), the activation's, with fp32 scales a 128; the second GEMM's
+# bf16 output; and the bf16 output, tokens x hidden. Rows are padded for the worst routing: one tile per expert, then
+# full tiles (Routing getMaxPermutedPaddedCount), tiles up to 128 tokens. vLLM quantizes the input before the call
+# (fp8 with an fp32 scale a 128, transposed into a copy; NVFP4 with one fp8 scale a 16; MXFP8 with one a 32).
+# The batched GEMMs' own workspaces are left out (small against these).
+TRTLLM_MOE_CAPABILITY_MAJOR = 10
+TRTLLM_MOE_MAX_TILE_TOKENS = 128
+TRTLLM_MOE_ROUTING_BYTES_PER_ROW = 16
+TRTLLM_FP8_SCALE_BYTES_PER_ELEMENT = 4.0 / 128
+
+
+def trtllm_expert_kind(profile):
+    """How FlashInfer's TRT-LLM kernels take the routed experts' activations, from the experts' own quantization
+    (a narrower experts scheme first): "fp8", "nvfp4" (e2m1, a scale a 16), "mxfp4_bf16" (gpt-oss's MXFP4
+    method, which vLLM runs with bf16 activations unless told otherwise: SM100_FI_MXFP4_BF16 by default in 0.11 -
+    0.15 quantization/mxfp4.py, FLASHINFER_TRTLLM_MXFP4_BF16 first for gpt-oss from 0.19 oracle/mxfp4.py),
+    "mxfp8" (MXFP4 experts of other methods, DeepSeek-V4's: FLASHINFER_TRTLLM_MXFP4_MXFP8 first, as a 0.25.1
+    start prints) or "bf16"."""
+    quant = profile.get("quantization") or {}
+    scheme = quant.get("experts") or quant
+    bits = scheme.get("bits", 16) if quantized_experts(profile, {}) else 16
+    if _quant_method(profile) == "mxfp4":
+        return "mxfp4_bf16"
+    if bits == 4 and scheme.get("group_size") == 32:
+        return "mxfp8"
+    if bits == 4:
+        return "nvfp4"
+    return "fp8" if bits == 8 else "bf16"
+
+
+# Per kind (trtllm_expert_kind): the first GEMM's bytes a padded row and element of the expert width, and vLLM's
+# quantized input's a token and element of hidden. fp8 keeps the gate/up output (2 x I) and the unfused
+# activation's (I), fp32 scales a 128 of each; the others fuse the activation into an output I wide.
+TRTLLM_FIRST_GEMM_BYTES = {"fp8": 3 * (1 + TRTLLM_FP8_SCALE_BYTES_PER_ELEMENT), "nvfp4": 0.5 + 1 / 16.0,
+                           "mxfp8": 1 + 1 / 32.0, "mxfp4_bf16": 2, "bf16": 4}
+TRTLLM_QUANTIZED_INPUT_BYTES = {"fp8": 1 + 2 * TRTLLM_FP8_SCALE_BYTES_PER_ELEMENT, "nvfp4": 0.5 + 1 / 16.0,
+                                "mxfp8": 1 + 1 / 32.0, "mxfp4_bf16": 0, "bf16": 0}
+
+
+def trtllm_moe_call_bytes(profile, tokens, top_k, inter, hidden, local_experts=None):
+    """The buffers one call of FlashInfer's TRT-LLM fused MoE holds over tokens tokens on a rank holding
+    local_experts experts (all where None), each inter wide (see TRTLLM_MOE_CAPABILITY_MAJOR). The tile is the
+    power of two that holds a local expert's average rows (computeSelectedTileN), the padding counts every expert."""
+    experts = _moe(profile)["num_experts"]
+    routed = tokens * top_k
+    average = -(-routed // (local_experts or experts))
+    tile = min(TRTLLM_MOE_MAX_TILE_TOKENS, 1 << max(3, (average - 1).bit_length()))
+    padded = (min(experts, routed) + max(0, routed - experts) // tile) * tile
+    kind = trtllm_expert_kind(profile)
+    per_row = TRTLLM_FIRST_GEMM_BYTES[kind] * inter + 2 * hidden + TRTLLM_MOE_ROUTING_BYTES_PER_ROW
+    return int(padded * per_row + tokens * (2 + TRTLLM_QUANTIZED_INPUT_BYTES[kind]) * hidden)
 
 
 def openai_triton_workspace_parts(tokens, top_k, inter, hidden, settings, act_bytes=2):

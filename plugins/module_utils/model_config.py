@@ -311,8 +311,7 @@ def _model_profile(config, source):
 
 def _attention_output_gate(reader):
     """Whether the attention layers carry an output gate as wide as their queries (OUTPUT_GATED_ATTENTION_TYPES)."""
-    family = reader.config.get("model_type") or reader.layers[-1].get("model_type")
-    return family in OUTPUT_GATED_ATTENTION_TYPES and bool(reader.value("attn_output_gate", default=True))
+    return _text_family(reader) in OUTPUT_GATED_ATTENTION_TYPES and bool(reader.value("attn_output_gate", default=True))
 
 
 def _with_family(config, architecture):
@@ -336,8 +335,12 @@ def _with_family(config, architecture):
 def _tied_by_default(reader):
     """What a config silent on tie_word_embeddings means: its class's default (UNTIED_FAMILIES), the text model's
     family first."""
-    family = reader.config.get("model_type") or reader.layers[-1].get("model_type")
-    return family not in UNTIED_FAMILIES
+    return _text_family(reader) not in UNTIED_FAMILIES
+
+
+def _text_family(reader):
+    """The model_type a class default follows: the text model's, else the outer config's."""
+    return reader.config.get("model_type") or reader.layers[-1].get("model_type")
 
 
 # Where multimodal configs nest their language model: text_config in transformers' own classes, llm_config in

@@ -1,5 +1,6 @@
 # -*- coding: utf-8 -*-
 """The budget's retreat and verdicts; byte amounts checked by hand where they are simple."""
+import functools
 import os
 import sys
 
@@ -711,15 +712,66 @@ def test_expert_buffers_have_their_kernels_shapes(checkpoint, version, gpu, gib)
     assert engine_memory.non_torch_bytes(profile, 4, settings) == engine_memory.non_torch_bytes(HY3, 4, settings)
 
 
-def test_flashinfer_trtllm_experts_keep_no_workspace_of_vllm_s():
-    """SM100 fp8 experts run FlashInfer's TRT-LLM kernels, whose workspaces FlashInfer manages inside each call
-    (trtllm_fp8_moe.py workspace_shapes: (0,)): the same bytes as Triton's, per call instead of kept."""
+# Qwen3-235B-A22B's shapes at TP 4 over 32768 batched tokens on SM 10.x (FlashInfer's TRT-LLM fused MoE, shapes of
+# csrc/trtllm_fused_moe_kernel_launcher.cu): 262144 routed rows, padded for one 128-token tile an expert and full
+# tiles after it, (128 + 262016 // 128) x 128 = 278400 rows; experts 384 wide a rank, hidden 4096.
+TRTLLM_ROWS, TRTLLM_TOKENS = 278400, 32768
+TRTLLM_ROUTING = 16                                     # int32 routing indices, a routed row
+
+
+@pytest.mark.parametrize("quantization, first_gemm, quantized_input", [
+    # fp8 blocks: gate/up output (2 x 384 B) and the unfused activation's (384 B), fp32 scales a 128 of each;
+    # vLLM's fp8 input (4096 B) with its fp32 scales a 128 and their transposed copy
+    ({"method": "fp8", "bits": 8, "group_size": [128, 128]}, 3 * 384 * (1 + 4 / 128), 4096 * (1 + 8 / 128)),
+    # NVFP4: the activation is fused, its e2m1 output half a byte an element with an fp8 scale a 16
+    ({"method": "modelopt", "bits": 4, "group_size": 16, "weight_type": "float"}, 384 / 2 + 384 / 16,
+     4096 / 2 + 4096 / 16),
+    # gpt-oss's MXFP4 method: bf16 activations by default, the fused output 2 bytes an element, nothing quantized
+    ({"method": "mxfp4", "bits": 4, "group_size": 32, "weight_type": "float"}, 2 * 384, 0),
+    # DeepSeek-V4's FP4 routed experts beside fp8 blocks: the experts' own scheme decides, MXFP8 activations a byte
+    # an element with a scale a 32
+    ({"method": "fp8", "bits": 8, "group_size": [128, 128],
+      "experts": {"bits": 4, "group_size": 32, "weight_type": "float", "scope": "routed"}}, 384 + 384 / 32,
+     4096 + 4096 / 32),
+    # bf16 experts: the gated output and the activation's, 2 bytes each; nothing to quantize
+    (None, 4 * 384, 0),
+])
+def test_flashinfer_trtllm_experts_hold_flashinfer_s_own_buffers(quantization, first_gemm, quantized_input):
+    """SM100 experts run FlashInfer's TRT-LLM kernels, which allocate their buffers inside each call
+    (trtllm_fp8_moe.py workspace_shapes: (0,)): per call, the first GEMM's rows, the second's bf16 output
+    (2 x 4096 B a row) and the routing, then the bf16 output and vLLM's quantized input a token."""
+    profile = dict(HY3, hidden_size=4096, moe=dict(HY3["moe"], num_experts=128, moe_intermediate_size=1536))
+    if quantization:
+        profile["quantization"] = quantization
+    settings = {"version": "0.25.1", "max_num_batched_tokens": TRTLLM_TOKENS, "gpu_name": "NVIDIA B200"}
+    expected = int(TRTLLM_ROWS * (first_gemm + 2 * 4096 + TRTLLM_ROUTING)
+                   + TRTLLM_TOKENS * (2 * 4096 + quantized_input))
+    assert engine_memory.moe_workspace_parts(profile, 4, settings) == (0, expected)
+
+
+def test_trtllm_rows_are_padded_for_the_worst_routing():
+    """Few tokens an expert take the smallest tile that holds their average (8 - 128 tokens, a power of two); every
+    expert may still get a tile of its own."""
     profile = dict(HY3, hidden_size=4096, moe=dict(HY3["moe"], num_experts=128, moe_intermediate_size=1536),
                    quantization={"method": "fp8", "bits": 8, "group_size": [128, 128]})
-    settings = {"version": "0.19.0", "max_num_batched_tokens": 32768}
-    kept, per_call = engine_memory.moe_workspace_parts(profile, 4, dict(settings, gpu_name="NVIDIA B200"))
-    hopper = engine_memory.moe_workspace_parts(profile, 4, dict(settings, gpu_name="NVIDIA H100 80GB HBM3"))
-    assert (kept, per_call) == (0, hopper[0]) and hopper == (4 * GIB, 0)
+    bytes_for = functools.partial(engine_memory.trtllm_moe_call_bytes, profile, top_k=8, inter=384, hidden=4096)
+    per_row = 3 * 384 * (1 + 4 / 128) + 2 * 4096 + TRTLLM_ROUTING
+    per_token = 2 * 4096 + 4096 * (1 + 8 / 128)
+    # 64 tokens: 512 routed rows, 4 an expert -> tiles of 8: (128 + 384 // 8) x 8 rows
+    assert bytes_for(64) == int((128 + 384 // 8) * 8 * per_row + 64 * per_token)
+    # 2 tokens: fewer rows than experts, one 8-token tile each
+    assert bytes_for(2) == int(16 * 8 * per_row + 2 * per_token)
+    # expert parallelism over 16 ranks: 8 local experts hold 64 rows on average -> tiles of 64, padded for all 128
+    assert bytes_for(64, local_experts=8) == int((128 + 384 // 64) * 64 * per_row + 64 * per_token)
+
+
+def test_expert_kernels_elsewhere_in_the_fp4_family_keep_triton_s_shapes():
+    """NVFP4 experts off SM 10.x (RTX PRO 6000, GB10) do not run the TRT-LLM kernels: Triton's shapes stand in."""
+    profile = dict(HY3, hidden_size=4096, moe=dict(HY3["moe"], num_experts=128, moe_intermediate_size=1536),
+                   quantization={"method": "modelopt", "bits": 4, "group_size": 16, "weight_type": "float"})
+    settings = {"version": "0.25.1", "max_num_batched_tokens": TRTLLM_TOKENS}
+    for gpu in ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "NVIDIA GB10"):
+        assert engine_memory.moe_workspace_parts(profile, 4, dict(settings, gpu_name=gpu)) == (0, 4 * GIB)
 
 
 def test_only_the_last_stage_profiles_the_sampler():
