@@ -1106,16 +1106,16 @@ TRTLLM_FP8_SCALE_BYTES_PER_ELEMENT = 4.0 / 128
 
 def trtllm_expert_kind(profile):
     """How FlashInfer's TRT-LLM kernels take the routed experts' activations, from the experts' own quantization
-    (a narrower experts scheme first): "fp8", "nvfp4" (e2m1, a scale a 16), "mxfp4_bf16" (gpt-oss's MXFP4
-    method, which vLLM runs with bf16 activations unless told otherwise: SM100_FI_MXFP4_BF16 by default in 0.11 -
-    0.15 quantization/mxfp4.py, FLASHINFER_TRTLLM_MXFP4_BF16 first for gpt-oss from 0.19 oracle/mxfp4.py),
-    "mxfp8" (MXFP4 experts of other methods, DeepSeek-V4's: FLASHINFER_TRTLLM_MXFP4_MXFP8 first, as a 0.25.1
-    start prints) or "bf16"."""
+    (a narrower experts scheme first): "fp8", "nvfp4" (e2m1, a scale a 16), "mxfp8" (MXFP4 experts of other methods,
+    DeepSeek-V4's: FLASHINFER_TRTLLM_MXFP4_MXFP8 first, as a 0.25.1 start prints), "w4a16" (bf16 activations beside
+    4-bit weights: gpt-oss's MXFP4 method, which vLLM runs so unless told otherwise - SM100_FI_MXFP4_BF16 by default
+    in 0.11 - 0.15 quantization/mxfp4.py, FLASHINFER_TRTLLM_MXFP4_BF16 first for gpt-oss from 0.19 oracle/mxfp4.py -
+    and the MXINT4 kernel, _trtllm_mxint4_takes) or "bf16"."""
     quant = profile.get("quantization") or {}
     scheme = quant.get("experts") or quant
     bits = scheme.get("bits", 16) if quantized_experts(profile, {}) else 16
-    if _quant_method(profile) == "mxfp4":
-        return "mxfp4_bf16"
+    if _quant_method(profile) == "mxfp4" or (bits == 4 and scheme.get("weight_type") != "float"):
+        return "w4a16"
     if bits == 4 and scheme.get("group_size") == 32:
         return "mxfp8"
     if bits == 4:
@@ -1125,11 +1125,12 @@ def trtllm_expert_kind(profile):
 
 # Per kind (trtllm_expert_kind): the first GEMM's bytes a padded row and element of the expert width, and vLLM's
 # quantized input's a token and element of hidden. fp8 keeps the gate/up output (2 x I) and the unfused
-# activation's (I), fp32 scales a 128 of each; the others fuse the activation into an output I wide.
+# activation's (I), fp32 scales a 128 of each; bf16 experts keep a bf16 output and activation, I wide each; the
+# others fuse the activation into one output I wide.
 TRTLLM_FIRST_GEMM_BYTES = {"fp8": 3 * (1 + TRTLLM_FP8_SCALE_BYTES_PER_ELEMENT), "nvfp4": 0.5 + 1 / 16.0,
-                           "mxfp8": 1 + 1 / 32.0, "mxfp4_bf16": 2, "bf16": 4}
+                           "mxfp8": 1 + 1 / 32.0, "w4a16": 2, "bf16": 4}
 TRTLLM_QUANTIZED_INPUT_BYTES = {"fp8": 1 + 2 * TRTLLM_FP8_SCALE_BYTES_PER_ELEMENT, "nvfp4": 0.5 + 1 / 16.0,
-                                "mxfp8": 1 + 1 / 32.0, "mxfp4_bf16": 0, "bf16": 0}
+                                "mxfp8": 1 + 1 / 32.0, "w4a16": 0, "bf16": 0}
 
 
 def trtllm_moe_call_bytes(profile, tokens, top_k, inter, hidden, local_experts=None):
@@ -1291,23 +1292,60 @@ def moe_backend(profile, settings):
     method, bits = _quant_method(profile), quant.get("bits", 16)
     if method == "mxfp4":
         return _mxfp4_moe_backend(settings)
-    if "fp4" in method or (method == "modelopt" and bits < 8):
-        return MOE_OTHER
+    if "fp4" in method or (method == "modelopt" and bits < 8) or _nvfp4_experts(profile):
+        return _nvfp4_moe_backend(settings)
     if _fp8_experts(profile):
         return _fp8_moe_backend(profile, settings)
     if bits == 8 and quant.get("activation_scheme"):
         # int8 weights with int8 activations (compressed-tensors W8A8): Triton's fused_experts
         # (CompressedTensorsW8A8Int8MoEMethod, 0.19); weight-only int8 (W8A16) goes to Marlin below
         return MOE_TRITON
+    if _trtllm_mxint4_takes(profile, settings):
+        return MOE_OTHER
     return MOE_MARLIN
 
 
+def _nvfp4_experts(profile):
+    """Whether the routed experts are NVFP4 (4-bit floats, a scale a 16), in the checkpoint's own scheme or a narrower
+    experts scheme beside it (compressed-tensors: RedHatAI's NVFP4 MLPs beside fp8 attention)."""
+    quant = profile.get("quantization") or {}
+    scheme = quant.get("experts") or quant
+    return scheme.get("bits") == 4 and scheme.get("weight_type") == "float" and scheme.get("group_size") == 16
+
+
+def _nvfp4_moe_backend(settings):
+    """NVFP4 experts, ModelOpt's and compressed-tensors' alike, go through one oracle (fused_moe/oracle/nvfp4.py:
+    FlashInfer TRT-LLM, CuteDSL, FlashInfer CUTLASS, vLLM CUTLASS, Marlin, 0.19 - 0.34): FlashInfer's kernels from
+    SM 10.x (MOE_OTHER), Marlin below, where none of the FP4 kernels runs."""
+    capability = _capability(settings)
+    return MOE_OTHER if capability is None or capability >= (10, 0) else MOE_MARLIN
+
+
+# Symmetric int4 experts with a scale a 32 (compressed-tensors W4A16 group 32, Kimi-K2's) run FlashInfer's TRT-LLM
+# MXINT4 kernel on SM 10.x from this version: FLASHINFER_TRTLLM heads the WNA16 oracle's list (fused_moe/oracle/
+# int_wna16.py 0.23.0 - 0.34; 0.22 has Marlin alone) and TrtLlmMxint4ExpertsMonolithic takes kInt4Static32 weights
+# with bf16 activations (experts/trtllm_mxint4_moe.py 0.25.1). Those with zero points, or a scheme that does not say it
+# is symmetric (model_config's zero_point None), stay on Marlin.
+TRTLLM_MXINT4_SINCE = (0, 23, 0)
+TRTLLM_MXINT4_GROUP = 32
+
+
+def _trtllm_mxint4_takes(profile, settings):
+    quant = profile.get("quantization") or {}
+    capability = _capability(settings)
+    return (_quant_method(profile) == "compressed-tensors" and quant.get("bits") == 4
+            and quant.get("weight_type") != "float" and quant.get("group_size") == TRTLLM_MXINT4_GROUP
+            and quant.get("zero_point") is False and capability is not None and capability[0] == TRTLLM_MOE_CAPABILITY_MAJOR
+            and _version(settings) >= TRTLLM_MXINT4_SINCE)
+
+
 # Unquantized (bf16) experts: vLLM's oracle tries FlashInfer's TRT-LLM kernels first, which run on SM 10.x alone
-# (B200, B300, GB200), then FlashInfer CUTLASS, then Triton; Hopper moves both FlashInfer backends to the back, and
-# gpt-oss's activation (SWIGLUOAI) does too (fused_moe/oracle/unquantized.py _get_priority_backends,
-# experts/trtllm_bf16_moe.py, read in the wheels of 0.23.0 - 0.34.0; releases before are taken as Triton). FlashInfer
-# CUTLASS, next on SM 12.x, is not modelled for bf16 experts: Triton's buffers stand for it there.
-UNQUANTIZED_FLASHINFER_SINCE = (0, 23, 0)
+# (B200, B300, GB200), then FlashInfer CUTLASS, then Triton; Hopper moves both FlashInfer backends to the back from
+# 0.23, and gpt-oss's activation (SWIGLUOAI) does too (fused_moe/oracle/unquantized.py _get_priority_backends,
+# experts/trtllm_bf16_moe.py, read in the wheels of 0.20.0 - 0.34.0; 0.19 took FlashInfer only with
+# VLLM_USE_FLASHINFER_MOE_FP16=1, and 0.20 - 0.22 consult that variable only where it is set). FlashInfer CUTLASS,
+# next on SM 12.x and first on Hopper in 0.20 - 0.22, is not modelled for bf16 experts: Triton's buffers stand for it.
+UNQUANTIZED_FLASHINFER_SINCE = (0, 20, 0)
 # The TRT-LLM bf16 kernel vLLM takes first, under plain tensor or expert parallelism (its monolithic form; the modular
 # one needs all-to-all kernels), runs gated SiLU experts, and from 0.24 ungated squared-ReLU ones
 # (experts/trtllm_bf16_moe.py _supports_activation), behind the routers vLLM names DeepSeekV3, Llama4, Renormalize,

@@ -677,6 +677,28 @@ def test_moe_backend_from_the_checkpoint_the_gpu_and_the_engine_version():
     assert backend(fp8_static, {"gpu_name": "NVIDIA A100-SXM4-80GB"}) == em.MOE_MARLIN   # no fp8 cores
     assert backend(fp8_static, {"gpu_name": "NVIDIA L40S"}) == em.MOE_TRITON
     assert backend(int4, {"gpu_name": "NVIDIA B200"}) == em.MOE_MARLIN
+    # NVFP4 experts, ModelOpt's or compressed-tensors' (one oracle): FlashInfer's kernels from SM 10.x, Marlin below;
+    # RedHatAI's NVFP4 MLPs beside fp8 attention read as NVFP4 experts too
+    nvfp4 = {"bits": 4, "group_size": 16, "weight_type": "float"}
+    for scheme in (dict(nvfp4, method="modelopt"), dict(nvfp4, method="compressed-tensors"),
+                   {"method": "compressed-tensors", "bits": 8, "weight_type": "float", "group_size": [128, 128],
+                    "experts": dict(nvfp4, scope="mlp")}):
+        checkpoint = dict(HY3, quantization=scheme)
+        assert backend(checkpoint, {"gpu_name": "NVIDIA B200", "version": "0.25.1"}) == em.MOE_OTHER
+        assert backend(checkpoint, {"gpu_name": "NVIDIA H100 80GB HBM3", "version": "0.25.1"}) == em.MOE_MARLIN
+    # symmetric int4 a scale a 32 (Kimi-K2's compressed-tensors W4A16): the TRT-LLM MXINT4 kernel on SM 10.x from
+    # 0.23, with bf16 activations; not before, not on Hopper, not with zero points or where symmetry is not said
+    kimi_int4 = dict(HY3, quantization={"method": "compressed-tensors", "bits": 4, "group_size": 32,
+                                        "weight_type": "int", "zero_point": False})
+    b200_023 = {"gpu_name": "NVIDIA B200", "version": "0.23.0"}
+    assert backend(kimi_int4, b200_023) == em.MOE_OTHER and em.trtllm_expert_kind(kimi_int4) == "w4a16"
+    assert backend(kimi_int4, dict(b200_023, version="0.22.0")) == em.MOE_MARLIN
+    assert backend(kimi_int4, dict(b200_023, gpu_name="NVIDIA H200")) == em.MOE_MARLIN
+    for unsaid in (None, True):
+        asymmetric = dict(kimi_int4, quantization=dict(kimi_int4["quantization"], zero_point=unsaid))
+        assert backend(asymmetric, b200_023) == em.MOE_MARLIN
+    assert backend(dict(kimi_int4, quantization=dict(kimi_int4["quantization"], group_size=128)),
+                   b200_023) == em.MOE_MARLIN
     # gpt-oss: OpenAI's Triton kernels on SM90 once the wheel bundles them (0.14), Marlin before and below SM90
     assert backend(mxfp4, {"gpu_name": "NVIDIA H100 80GB HBM3", "version": "0.10.1"}) == em.MOE_MARLIN
     assert backend(mxfp4, {"gpu_name": "NVIDIA H100 80GB HBM3", "version": "0.14.1"}) == em.MOE_TRITON
@@ -726,7 +748,8 @@ TRTLLM_ROUTING = 16                                     # int32 routing indices,
     # NVFP4: the activation is fused, its e2m1 output half a byte an element with an fp8 scale a 16
     ({"method": "modelopt", "bits": 4, "group_size": 16, "weight_type": "float"}, 384 / 2 + 384 / 16,
      4096 / 2 + 4096 / 16),
-    # gpt-oss's MXFP4 method: bf16 activations by default, the fused output 2 bytes an element, nothing quantized
+    # gpt-oss's MXFP4 method: bf16 activations by default, the fused output 2 bytes an element, nothing quantized (the
+    # MXINT4 kernel the same)
     ({"method": "mxfp4", "bits": 4, "group_size": 32, "weight_type": "float"}, 2 * 384, 0),
     # DeepSeek-V4's FP4 routed experts beside fp8 blocks: the experts' own scheme decides, MXFP8 activations a byte
     # an element with a scale a 32

@@ -349,7 +349,7 @@ def test_mxfp4_experts_grow_by_their_kernel_padding(gpu, backend, tp, loaded_gib
 
 
 def test_bf16_experts_on_sm100_run_trtllm_kernels_padded_to_128_wide():
-    """vLLM's unquantized expert oracle takes FlashInfer's TRT-LLM kernels on SM 10.x (0.23+; Hopper and gpt-oss keep
+    """vLLM's unquantized expert oracle takes FlashInfer's TRT-LLM kernels on SM 10.x (0.20+; Hopper and gpt-oss keep
     Triton), whose gated experts are padded to a multiple of 128 of each rank's width from 0.29: Qwen3-30B-A3B at TP 4
     holds 192 -> 256 columns a rank, a third more expert weight than its shards; expert parallelism keeps 768."""
     from ansible_collections.hy3.fleet.plugins.module_utils import engine_memory
@@ -361,13 +361,14 @@ def test_bf16_experts_on_sm100_run_trtllm_kernels_padded_to_128_wide():
     assert engine_memory.expert_padding_bytes(p, 4, dict(b200, expert_parallel=True), 16) == 0
     assert engine_memory.expert_padding_bytes(p, 4, dict(b200, version="0.28.0"), 16) == 0
     assert engine_memory.expert_padding_bytes(p, 2, b200, 16) == 0                       # 384 is 3 x 128
-    for other in ({"gpu_name": "NVIDIA H200", "version": "0.29.0"}, dict(b200, version="0.22.0")):
+    for other in ({"gpu_name": "NVIDIA H200", "version": "0.29.0"}, dict(b200, version="0.19.0")):
         assert engine_memory.moe_backend(p, other) == engine_memory.MOE_TRITON
         assert engine_memory.expert_padding_bytes(p, 4, other, 16) == 0
     assert engine_memory.moe_backend(model_profile(dict(GPT_OSS_20B, quantization_config=None)), b200) == \
         engine_memory.MOE_TRITON
-    # the first release that routes them so, and SM 10.x alone (SM 12.x takes FlashInfer CUTLASS, not modelled)
-    assert engine_memory.moe_backend(p, dict(b200, version="0.23.0")) == engine_memory.MOE_OTHER
+    # the first release that routes them so (0.19 only with VLLM_USE_FLASHINFER_MOE_FP16=1), and SM 10.x alone (SM
+    # 12.x takes FlashInfer CUTLASS, not modelled)
+    assert engine_memory.moe_backend(p, dict(b200, version="0.20.0")) == engine_memory.MOE_OTHER
     assert engine_memory.moe_backend(p, dict(b200, gpu_name="NVIDIA GeForce RTX 5090")) == engine_memory.MOE_TRITON
     # EPLB (which demotes the kernel) is an option the budget does not model: said, and keyed apart
     warned = engine_memory.config_settings({"enable-eplb": True}, "0.29.0")
