@@ -1042,7 +1042,7 @@ def moe_workspace_parts(profile, tp, settings, act_bytes=2):
     allocated its own and freed them, and Triton's experts did so until TRITON_MODULAR_SINCE, so nothing is kept."""
     kept, per_call = expert_workspace_parts(profile, tp, settings, act_bytes)
     version = _version(settings)
-    triton = moe_backend(profile, settings) == MOE_TRITON if _moe(profile) else False
+    triton = moe_backend(profile, settings, tp) == MOE_TRITON if _moe(profile) else False
     if version < MOE_BUFFERS_KEPT_SINCE or (triton and version < TRITON_MODULAR_SINCE):
         return 0, kept + per_call
     return kept, per_call
@@ -1065,7 +1065,7 @@ def expert_workspace_parts(profile, tp, settings, act_bytes=2):
     chunk = tokens
     if _version(settings) < FUSED_MOE_UNCHUNKED_SINCE and not settings.get("expert_parallel"):
         chunk = min(tokens, FUSED_MOE_CHUNK_TOKENS)
-    backend = moe_backend(profile, settings)
+    backend = moe_backend(profile, settings, tp)
     if backend == MOE_TRITON and _quant_method(profile) == "mxfp4":
         return openai_triton_workspace_parts(tokens, top_k, inter, hidden, settings, act_bytes)
     if backend == MOE_MARLIN:
@@ -1269,7 +1269,7 @@ def sparse_mla_policy(settings, kv_dtype_bytes):
             "compressed_scheme": kv_layout.DSV4_PACKED if version >= PACKED_KV_GROUPS_SINCE else kv_layout.DSV4_TUPLES}
 
 
-def moe_backend(profile, settings):
+def moe_backend(profile, settings, tp=1):
     """The expert kernel family vLLM runs, which decides the shape of its buffers (moe_workspace_parts).
 
     A backend the engine printed ("Using TRITON Fp8 MoE backend") wins (settings moe_backend).
@@ -1295,7 +1295,7 @@ def moe_backend(profile, settings):
     if "fp4" in method or (method == "modelopt" and bits < 8) or _nvfp4_experts(profile):
         return _nvfp4_moe_backend(settings)
     if _fp8_experts(profile):
-        return _fp8_moe_backend(profile, settings)
+        return _fp8_moe_backend(profile, settings, tp)
     if bits == 8 and quant.get("activation_scheme"):
         # int8 weights with int8 activations (compressed-tensors W8A8): Triton's fused_experts
         # (CompressedTensorsW8A8Int8MoEMethod, 0.19); weight-only int8 (W8A16) goes to Marlin below
@@ -1427,7 +1427,7 @@ def _mxfp4_moe_backend(settings):
     return MOE_MARLIN if capability is not None else MOE_OTHER
 
 
-def _fp8_moe_backend(profile, settings):
+def _fp8_moe_backend(profile, settings, tp=1):
     """fp8 experts (vllm/model_executor/layers/fused_moe/oracle/fp8.py, select_fp8_moe_backend: the first
     supported of FlashInfer TRT-LLM, FlashInfer CUTLASS, DeepGEMM, vLLM CUTLASS, Triton, Marlin, from 0.15.1):
       * before FP8_FLASHINFER_DEFAULT_SINCE FlashInfer's fp8 experts were opt-in (VLLM_USE_FLASHINFER_MOE_FP8
@@ -1440,11 +1440,13 @@ def _fp8_moe_backend(profile, settings):
         CUTLASS experts for compressed-tensors checkpoints (the only method that allows them) and Triton for
         the native fp8 method (0.19 / 0.29);
       * SM89: Triton (FlashInfer's and vLLM's CUTLASS fp8 experts need SM90);
-      * below: fp8 Marlin (W8A16), TritonExperts rejecting fp8 there."""
+      * below: fp8 Marlin (W8A16), TritonExperts rejecting fp8 there;
+      * blocks refined to fit the rank's share (_refined_fp8_blocks): Triton, wherever fp8 runs natively."""
     capability = _capability(settings) or (9, 0)
     if capability < (8, 9):
         return MOE_MARLIN
-    if capability < (9, 0) or _version(settings) < FP8_FLASHINFER_DEFAULT_SINCE:
+    if (capability < (9, 0) or _version(settings) < FP8_FLASHINFER_DEFAULT_SINCE
+            or _refined_fp8_blocks(profile, settings, tp)):
         return MOE_TRITON
     if capability >= (10, 0):
         return MOE_OTHER
@@ -1455,6 +1457,27 @@ def _fp8_moe_backend(profile, settings):
     if quant.get("activation_scheme") == "static":
         return MOE_FLASHINFER_CUTLASS
     return MOE_VLLM_CUTLASS if _quant_method(profile) == "compressed-tensors" else MOE_TRITON
+
+
+# From 0.29 a block-fp8 checkpoint whose experts are not a whole number of its blocks wide on a rank (plain tensor
+# parallelism) has its scales refined to the largest common block of 32 or more that divides the blocks, that width
+# and hidden (oracle/fp8.py refine_fp8_moe_block_shape), which only Triton's experts take; the other kernels need
+# whole 128 x 128 blocks. Before 0.29 such a checkpoint does not load (quantization/fp8.py); Qwen3-235B-A22B-FP8 at
+# TP 8 (1536 / 8 = 192) is one.
+FP8_BLOCK_REFINED_SINCE = (0, 29, 0)
+FP8_BLOCK_REFINED_MIN = 32
+
+
+def _refined_fp8_blocks(profile, settings, tp):
+    block = (profile.get("quantization") or {}).get("group_size")
+    if (not isinstance(block, list) or len(block) != 2 or tp <= 1 or settings.get("expert_parallel")
+            or _version(settings) < FP8_BLOCK_REFINED_SINCE):
+        return False
+    block_n, block_k = block
+    width = _moe(profile)["moe_intermediate_size"] // tp
+    if width % block_n == 0 and width % block_k == 0:
+        return False
+    return functools.reduce(math.gcd, (block_n, block_k, width, expert_width(profile))) >= FP8_BLOCK_REFINED_MIN
 
 
 def marlin_modular(profile, settings):
@@ -1487,9 +1510,9 @@ def expert_padding_bytes(profile, tp, settings, bits_per_weight):
     split = _expert_split(settings, tp)
     hidden, width = profile["hidden_size"], moe["moe_intermediate_size"] // split
     if _quant_method(profile) == "mxfp4":
-        align = MXFP4_WIDTH_ALIGN.get(moe_backend(profile, settings), MXFP4_WIDTH_ALIGN_DEFAULT)
+        align = MXFP4_WIDTH_ALIGN.get(moe_backend(profile, settings, tp), MXFP4_WIDTH_ALIGN_DEFAULT)
         extra = _round_up(hidden, MXFP4_HIDDEN_ALIGN) * _round_up(width, align) - hidden * width
-    elif (not quantized_experts(profile, settings) and moe_backend(profile, settings) == MOE_OTHER
+    elif (not quantized_experts(profile, settings) and moe_backend(profile, settings, tp) == MOE_OTHER
             and _version(settings) >= UNQUANTIZED_TRTLLM_PADDED_SINCE[
                 "ungated" if mlp_matrices(profile) == 2 else "gated"]):
         # at the experts' own width (a latent MoE's latent), each of its matrices, on its MoE layers alone

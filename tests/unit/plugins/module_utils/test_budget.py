@@ -686,6 +686,16 @@ def test_moe_backend_from_the_checkpoint_the_gpu_and_the_engine_version():
         checkpoint = dict(HY3, quantization=scheme)
         assert backend(checkpoint, {"gpu_name": "NVIDIA B200", "version": "0.25.1"}) == em.MOE_OTHER
         assert backend(checkpoint, {"gpu_name": "NVIDIA H100 80GB HBM3", "version": "0.25.1"}) == em.MOE_MARLIN
+    # block fp8 whose experts are not whole 128-wide blocks on a rank under plain TP (Qwen3-235B-A22B-FP8 at TP 8:
+    # 1536 / 8 = 192) has its scales refined to 64 x 64 from 0.29, which only Triton takes, on Blackwell too
+    qwen_fp8 = dict(HY3, hidden_size=4096, moe=dict(HY3["moe"], num_experts=128, moe_intermediate_size=1536),
+                    quantization={"method": "fp8", "bits": 8, "group_size": [128, 128]})
+    b200_029 = {"gpu_name": "NVIDIA B200", "version": "0.29.0"}
+    assert backend(qwen_fp8, b200_029, 8) == em.MOE_TRITON
+    assert backend(qwen_fp8, dict(b200_029, version="0.28.0"), 8) == em.MOE_OTHER     # did not load before 0.29
+    assert backend(qwen_fp8, dict(b200_029, expert_parallel=True), 8) == em.MOE_OTHER  # whole experts a rank
+    assert backend(qwen_fp8, b200_029, 4) == em.MOE_OTHER                               # 384: three whole blocks
+    assert em.moe_workspace_parts(qwen_fp8, 8, dict(b200_029, max_num_batched_tokens=8192))[1] == 0   # kept
     # symmetric int4 a scale a 32 (Kimi-K2's compressed-tensors W4A16): the TRT-LLM MXINT4 kernel on SM 10.x from
     # 0.23, with bf16 activations; not before, not on Hopper, not with zero points or where symmetry is not said
     kimi_int4 = dict(HY3, quantization={"method": "compressed-tensors", "bits": 4, "group_size": 32,
