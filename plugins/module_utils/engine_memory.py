@@ -77,6 +77,10 @@ COPIES = {
                                       # TP 4 logs: non-torch 2.06 - 2.21 GiB against 0.25 at TP 1)
     "tensor_parallel_early": 0.68 * GIB,  # the share v0.11 - v0.17 engines count (fitted on their TP logs; the
                                           # v0.11.0 TP 2 profiling lines alone give 0.4)
+    "tensor_parallel_late": 0.30 * GIB,   # the same from COMMUNICATOR_OUT_OF_WINDOW_SINCE, where only FlashInfer's
+                                          # all-reduce workspace and NCCL's lazily connected buffers remain in the
+                                          # window: 0.17 and 0.31 GiB beyond the other terms on two v0.30 2 x H100
+                                          # TP 2 starts (fused and eager; 384 MiB of mnnvl workspace by its source)
     "tensor_parallel_channels": 0.10 * GIB,  # the same where NCCL's point-to-point channels are all there is:
                                              # between PCIe boards (PCIE_BOARDS) and NVLink boards older than
                                              # Hopper (peer_channels_only; an estimate no corpus log prints apart)
@@ -122,6 +126,12 @@ FLASHINFER_SAMPLER_DEFAULT_SINCE = (0, 21, 0)
 # what v0.18+ counts (three v0.10.0 8 x H100 HGX logs, TP 4 and TP 8: 1.9 - 2.2 GiB beyond the other terms),
 # and next to nothing between Ampere or PCIe boards (v0.10.1 A100 TP 2 / TP 4 and v0.10.2 L40S logs fit 0).
 LAZY_NCCL_COUNTED_SINCE = (0, 11, 0)
+# Up to 0.26 the profile window also held a second NCCL communicator, torch's for the tensor-parallel group, which
+# the all-reduce + RMSNorm fusion pass's handshake (compilation/passes/fusion/allreduce_rms_fusion.py, device_group)
+# and the logits all-gather (base_device_communicator.py, to 0.25) created there, and the CUDA-graph estimate's pass
+# (gpu_worker.py). From 0.27 the handshake goes over the CPU group, the graph pass runs after the window closes and the
+# KV cache is sized from the memory consumed (mem_utils.py): NVLink boards count COPIES["tensor_parallel_late"].
+COMMUNICATOR_OUT_OF_WINDOW_SINCE = (0, 27, 0)
 NVLS_SINCE_CAPABILITY = (9, 0)
 NVL_BRIDGED = re.compile(r"\bnvl\b")
 BASELINE_MOVED_SINCE = (0, 18, 0)
@@ -1705,6 +1715,8 @@ def tensor_parallel_term(tp, version, gpu_name=None, nvlink=None):
         return "tensor_parallel" if linked and nvls_capable(gpu_name) else None
     if not linked or peer_channels_only(gpu_name):
         return "tensor_parallel_channels"
+    if engine_version(version) >= COMMUNICATOR_OUT_OF_WINDOW_SINCE:
+        return "tensor_parallel_late"
     return "tensor_parallel" if _baseline_moved(version) else "tensor_parallel_early"
 
 
