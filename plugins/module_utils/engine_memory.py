@@ -1221,6 +1221,7 @@ GPU_CAPABILITY = (("gb10", (12, 1)), ("thor", (11, 0)), ("orin", (8, 7)), ("b300
                   ("a4000", (8, 6)), ("a4500", (8, 6)), ("a5000", (8, 6)), ("a6000", (8, 6)), ("3090", (8, 6)),
                   ("3080", (8, 6)), ("3070", (8, 6)), ("3060", (8, 6)), ("t4", (7, 5)), ("v100", (7, 0)))
 MOE_TRITON, MOE_FLASHINFER_CUTLASS, MOE_MARLIN, MOE_OTHER = "triton", "flashinfer_cutlass", "marlin", "other"
+SM12_MAJOR = 12
 MOE_VLLM_CUTLASS = "vllm_cutlass"
 
 
@@ -1428,11 +1429,14 @@ def _mxfp4_moe_backend(settings):
     """gpt-oss's MXFP4 experts: FlashInfer TRT-LLM on SM100 (MOE_OTHER); on SM90 OpenAI's Triton kernels from
     TRITON_KERNELS_BUNDLED_SINCE (0.14.1 get_mxfp4_backend accepts the copy bundled in vllm.third_party; 0.19's
     oracle/mxfp4.py puts TRITON before MARLIN), Marlin before (0.10.1 / 0.11.0 took Triton only where the
-    separate triton_kernels package was installed; a public 0.10.1 H100 log names Marlin); Marlin below SM90."""
+    separate triton_kernels package was installed; a public 0.10.1 H100 log names Marlin); Marlin below SM90 and on
+    SM 11.x / 12.x, where neither TRT-LLM (the 100 family) nor OpenAI's kernels (below SM 11 until 0.34, which puts
+    them after Marlin there: experts/gpt_oss_triton_kernels_moe.py, oracle/mxfp4.py) run."""
     capability = _capability(settings)
-    if capability is not None and capability >= (10, 0):
+    if capability is not None and capability[0] == TRTLLM_MOE_CAPABILITY_MAJOR:
         return MOE_OTHER
-    if capability is not None and capability >= (9, 0) and _version(settings) >= TRITON_KERNELS_BUNDLED_SINCE:
+    if (capability is not None and (9, 0) <= capability < (10, 0)
+            and _version(settings) >= TRITON_KERNELS_BUNDLED_SINCE):
         return MOE_TRITON
     return MOE_MARLIN if capability is not None else MOE_OTHER
 
@@ -1451,16 +1455,21 @@ def _fp8_moe_backend(profile, settings, tp=1):
         the native fp8 method (0.19 / 0.29);
       * SM89: Triton (FlashInfer's and vLLM's CUTLASS fp8 experts need SM90);
       * below: fp8 Marlin (W8A16), TritonExperts rejecting fp8 there;
-      * blocks refined to fit the rank's share (_refined_fp8_blocks): Triton, wherever fp8 runs natively."""
+      * blocks refined to fit the rank's share (_refined_fp8_blocks): Triton, wherever fp8 runs natively;
+      * SM 12.x blocks: Triton up to 0.24, DeepGEMM from 0.25 (support_deep_gemm takes the 120 family, platforms/
+        cuda.py 0.25.1), whose kept workspace Triton's shapes stand for: neither TRT-LLM nor FlashInfer CUTLASS
+        takes them there (the SM 10.x family and SM 9.0 alone)."""
     capability = _capability(settings) or (9, 0)
     if capability < (8, 9):
         return MOE_MARLIN
     if (capability < (9, 0) or _version(settings) < FP8_FLASHINFER_DEFAULT_SINCE
             or _refined_fp8_blocks(profile, settings, tp)):
         return MOE_TRITON
+    quant = profile.get("quantization") or {}
+    if capability[0] == SM12_MAJOR and isinstance(quant.get("group_size"), list):
+        return MOE_TRITON
     if capability >= (10, 0):
         return MOE_OTHER
-    quant = profile.get("quantization") or {}
     if isinstance(quant.get("group_size"), list):
         plain_tp = _version(settings) >= FP8_BLOCK_TRITON_SINCE and not settings.get("expert_parallel")
         return MOE_TRITON if plain_tp else MOE_FLASHINFER_CUTLASS

@@ -715,6 +715,12 @@ def test_moe_backend_from_the_checkpoint_the_gpu_and_the_engine_version():
     assert backend(mxfp4, {"gpu_name": "NVIDIA H100 80GB HBM3", "version": "0.10.1"}) == em.MOE_MARLIN
     assert backend(mxfp4, {"gpu_name": "NVIDIA H100 80GB HBM3", "version": "0.14.1"}) == em.MOE_TRITON
     assert backend(mxfp4, {"gpu_name": "NVIDIA A100-SXM4-80GB", "version": "0.19.0"}) == em.MOE_MARLIN
+    # SM 12.x (RTX PRO 6000, RTX 5090, GB10): block fp8 on Triton (DeepGEMM from 0.25, its shapes alike), gpt-oss on
+    # Marlin: neither the TRT-LLM kernels (SM 10.x) nor FlashInfer CUTLASS's block fp8 (SM 9.0) nor OpenAI's run there
+    for gpu in ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "NVIDIA GB10"):
+        assert backend(fp8_block, {"gpu_name": gpu, "version": "0.25.1"}) == em.MOE_TRITON
+        assert backend(mxfp4, {"gpu_name": gpu, "version": "0.25.1"}) == em.MOE_MARLIN
+    assert backend(mxfp4, {"gpu_name": "NVIDIA B200", "version": "0.25.1"}) == em.MOE_OTHER
     # A backend the engine printed wins over the derivation.
     assert backend(fp8_static, dict(h200, moe_backend="TRITON")) == em.MOE_TRITON
     assert backend(fp8_block, dict(h200, moe_backend="FLASHINFER_CUTLASS")) == em.MOE_FLASHINFER_CUTLASS
