@@ -953,15 +953,15 @@ def engine_summary(engine):
 
 
 def _verdicts(table, max_num_seqs):
-    starts = ("starts: one request of max_model_len needs %.2f GiB of KV cache, %.2f GiB available"
-              % (table["kv_one_request"] / GIB, table["kv_available"] / GIB))
+    one_request = ("one request of max_model_len needs %.2f GiB of KV cache, %.2f GiB available"
+                   % (table["kv_one_request"] / GIB, table["kv_available"] / GIB))
     target = ("%s the target: %d requests need %.2f GiB, expected concurrency %.2f"
               % ("meets" if table["headroom"] >= 0 else "misses", max_num_seqs, table["kv_needed"] / GIB,
                  table["max_concurrency"]))
     if table["starts"]:
-        note = starts
+        note = "starts: " + one_request
     elif table.get("kv_starts", True) is False:
-        note = "does not " + starts
+        note = "does not start: " + one_request
     else:
         note = ("does not start: after the KV cache, the CUDA graphs and the sampler's warm-up need %.2f GiB outside "
                 "the requested memory, %.2f GiB is there (lower gpu_memory_utilization or max_num_seqs, or "

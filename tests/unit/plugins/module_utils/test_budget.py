@@ -1474,3 +1474,13 @@ def test_the_memory_a_rank_holds_before_its_first_snapshot(gpu, tp, nvlink, gib)
     version = nvlink if isinstance(nvlink, str) else "0.19.0"
     settings = {"version": version, "gpu_name": gpu, "nvlink": True if isinstance(nvlink, str) else nvlink}
     assert abs(engine_memory.startup_bytes(tp, settings) / GIB - gib) < 0.005
+
+
+def test_the_start_verdict_reads_as_a_sentence():
+    table = {"kv_one_request": GIB, "kv_available": GIB // 2, "starts": False, "kv_starts": False, "headroom": -GIB,
+             "kv_needed": 2 * GIB, "max_concurrency": 0.5}
+    verdicts = budget._verdicts(table, 2)
+    assert verdicts["starts_note"] == ("does not start: one request of max_model_len needs 1.00 GiB of KV cache, "
+                                       "0.50 GiB available")
+    fits = budget._verdicts(dict(table, kv_available=2 * GIB, starts=True, kv_starts=True, headroom=0), 2)
+    assert fits["starts_note"].startswith("starts: one request") and fits["meets_target"]
