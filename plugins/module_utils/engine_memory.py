@@ -1089,12 +1089,15 @@ def expert_workspace_parts(profile, tp, settings, act_bytes=2):
         # FlashInfer's TRT-LLM kernels (SM100 fp8, NVFP4 and MXFP4 experts) manage their own workspaces inside each
         # call and vLLM keeps none for them (fused_moe/experts/trtllm_fp8_moe.py, trtllm_nvfp4_moe.py and
         # trtllm_mxfp4_moe.py workspace_shapes: (0,), "managed by flashinfer", 0.29; fp8 the same in 0.21; the
-        # monolithic form, taken first, has no output buffer either): per call. Other kernels of this family
-        # (SM 12.x's) take Triton's shapes for want of their own.
-        if (_capability(settings) or (0,))[0] == TRTLLM_MOE_CAPABILITY_MAJOR:
+        # monolithic form, taken first, has no output buffer either): per call. On SM 12.x FlashInfer's CUTLASS
+        # experts run them as vLLM's modular kernel, which keeps the tokens x hidden output in its workspace
+        # (FlashInferExperts.workspace_shapes); their own buffers, per call, take Triton's shapes for want of theirs.
+        capability = (_capability(settings) or (0,))[0]
+        if capability == TRTLLM_MOE_CAPABILITY_MAJOR:
             local_experts = moe["num_experts"] // (tp if settings.get("expert_parallel") else 1)
             return 0, trtllm_moe_call_bytes(profile, tokens, top_k, inter, hidden, local_experts)
-        return 0, int(modular_workspace_elements(chunk, top_k, inter, hidden) * act_bytes)
+        kept = int(tokens * hidden * act_bytes) if capability == SM12_MAJOR else 0
+        return kept, int(modular_workspace_elements(chunk, top_k, inter, hidden) * act_bytes)
     workspace = int(modular_workspace_elements(chunk, top_k, inter, hidden) * act_bytes)
     # Triton experts (and, for want of their own shapes, vLLM's CUTLASS)
     return workspace, 0

@@ -806,13 +806,15 @@ def test_trtllm_rows_are_padded_for_the_worst_routing():
     assert bytes_for(64, local_experts=8) == int((128 + 384 // 64) * 64 * per_row + 64 * per_token)
 
 
-def test_expert_kernels_elsewhere_in_the_fp4_family_keep_triton_s_shapes():
-    """NVFP4 experts off SM 10.x (RTX PRO 6000, GB10) do not run the TRT-LLM kernels: Triton's shapes stand in."""
+def test_fp4_experts_on_sm12_keep_flashinfer_cutlass_s_output():
+    """NVFP4 experts off SM 10.x (RTX PRO 6000, GB10) run FlashInfer's CUTLASS experts as vLLM's modular kernel, not
+    the TRT-LLM kernels: the tokens x hidden output kept in vLLM's workspace, Triton's shapes per call."""
     profile = dict(HY3, hidden_size=4096, moe=dict(HY3["moe"], num_experts=128, moe_intermediate_size=1536),
                    quantization={"method": "modelopt", "bits": 4, "group_size": 16, "weight_type": "float"})
     settings = {"version": "0.25.1", "max_num_batched_tokens": TRTLLM_TOKENS}
     for gpu in ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "NVIDIA GB10"):
-        assert engine_memory.moe_workspace_parts(profile, 4, dict(settings, gpu_name=gpu)) == (0, 4 * GIB)
+        assert engine_memory.moe_workspace_parts(profile, 4, dict(settings, gpu_name=gpu)) == (
+            TRTLLM_TOKENS * 4096 * 2, 4 * GIB)
 
 
 def test_only_the_last_stage_profiles_the_sampler():
