@@ -736,6 +736,17 @@ def _expert_split(settings, tp):
     return 1 if settings.get("expert_parallel") else tp
 
 
+def _local_experts(moe, settings, tp):
+    """The routed experts one rank holds: all of them, or its share under expert parallelism."""
+    return moe["num_experts"] // (tp if settings.get("expert_parallel") else 1)
+
+
+def _expert_scheme(profile):
+    """The routed experts' quantization: a narrower experts scheme where the checkpoint has one, else its own."""
+    quant = profile.get("quantization") or {}
+    return quant.get("experts") or quant
+
+
 def forward_bytes(profile, tp, tokens, act_bytes=2):
     """Transient peak of the profile run's forward over ``tokens`` tokens on one rank.
 
@@ -1083,8 +1094,8 @@ def expert_workspace_parts(profile, tp, settings, act_bytes=2):
             return marlin_modular_workspace_bytes(tokens, chunk, top_k, inter, hidden, act_bytes), 0
         return 0, marlin_workspace_bytes(tokens, top_k, inter, hidden, act_bytes)
     if backend == MOE_FLASHINFER_CUTLASS:
-        local_experts = moe["num_experts"] // (tp if settings.get("expert_parallel") else 1)
-        return flashinfer_cutlass_workspace_bytes(tokens, chunk, top_k, inter, hidden, local_experts)
+        return flashinfer_cutlass_workspace_bytes(tokens, chunk, top_k, inter, hidden,
+                                                  _local_experts(moe, settings, tp))
     if backend == MOE_OTHER:
         # FlashInfer's TRT-LLM kernels (SM100 fp8, NVFP4 and MXFP4 experts) manage their own workspaces inside each
         # call and vLLM keeps none for them (fused_moe/experts/trtllm_fp8_moe.py, trtllm_nvfp4_moe.py and
@@ -1094,8 +1105,7 @@ def expert_workspace_parts(profile, tp, settings, act_bytes=2):
         # (FlashInferExperts.workspace_shapes); their own buffers, per call, take Triton's shapes for want of theirs.
         capability = (_capability(settings) or (0,))[0]
         if capability == TRTLLM_MOE_CAPABILITY_MAJOR:
-            local_experts = moe["num_experts"] // (tp if settings.get("expert_parallel") else 1)
-            return 0, trtllm_moe_call_bytes(profile, tokens, top_k, inter, hidden, local_experts)
+            return 0, trtllm_moe_call_bytes(profile, tokens, top_k, inter, hidden, _local_experts(moe, settings, tp))
         kept = int(tokens * hidden * act_bytes) if capability == SM12_MAJOR else 0
         return kept, int(modular_workspace_elements(chunk, top_k, inter, hidden) * act_bytes)
     workspace = int(modular_workspace_elements(chunk, top_k, inter, hidden) * act_bytes)
@@ -1124,8 +1134,7 @@ def trtllm_expert_kind(profile):
     4-bit weights: gpt-oss's MXFP4 method, which vLLM runs so unless told otherwise - SM100_FI_MXFP4_BF16 by default
     in 0.11 - 0.15 quantization/mxfp4.py, FLASHINFER_TRTLLM_MXFP4_BF16 first for gpt-oss from 0.19 oracle/mxfp4.py -
     and the MXINT4 kernel, _trtllm_mxint4_takes) or "bf16"."""
-    quant = profile.get("quantization") or {}
-    scheme = quant.get("experts") or quant
+    scheme = _expert_scheme(profile)
     bits = scheme.get("bits", 16) if quantized_experts(profile, {}) else 16
     if _quant_method(profile) == "mxfp4" or (bits == 4 and scheme.get("weight_type") != "float"):
         return "w4a16"
@@ -1322,8 +1331,7 @@ def moe_backend(profile, settings, tp=1):
 def _nvfp4_experts(profile):
     """Whether the routed experts are NVFP4 (4-bit floats, a scale a 16), in the checkpoint's own scheme or a narrower
     experts scheme beside it (compressed-tensors: RedHatAI's NVFP4 MLPs beside fp8 attention)."""
-    quant = profile.get("quantization") or {}
-    scheme = quant.get("experts") or quant
+    scheme = _expert_scheme(profile)
     return scheme.get("bits") == 4 and scheme.get("weight_type") == "float" and scheme.get("group_size") == 16
 
 
@@ -1541,8 +1549,7 @@ def expert_padding_bytes(profile, tp, settings, bits_per_weight):
         extra = expert_width(profile) * (_round_up(width, UNQUANTIZED_TRTLLM_WIDTH_ALIGN) - width)
     else:
         return 0
-    experts = moe["num_experts"] // (tp if settings.get("expert_parallel") else 1)
-    return int(mlp_matrices(profile) * extra * experts * moe_layer_count(profile)
+    return int(mlp_matrices(profile) * extra * _local_experts(moe, settings, tp) * moe_layer_count(profile)
                * bits_per_weight / 8)
 
 
