@@ -40,6 +40,16 @@ DTYPE_KEY_16BIT = "16bit"
 GIB = 1024 ** 3
 
 MEASURED, NOT_MEASURED, EXPLICIT_KV = "measured", "not_measured", "explicit_kv"
+# Where the measured KV cache came from: the token count scaled by the budget's own bytes a token (exact to a
+# block), or the "Available KV cache memory" line (two decimals).
+KV_FROM_TOKENS, KV_FROM_GIB_LINE = "tokens", "gib_line"
+# The token count stands for the KV memory only where the engine counts tokens as the budget does. Where both
+# lines are printed and disagree by more than the GiB line's rounding allows, the engine counts otherwise (a
+# vLLM 0.20 DeepSeek-V4-Flash start printed 10,992 tokens for 13.49 GiB, a 0.24 hybrid Qwen3.8 start twice the
+# tokens its GiB gives at the budget's bytes a token), and scaling the tokens would learn an overhead off by the
+# whole KV cache: the GiB line is used. The agreement allowed: 2% of the line, and never under 0.02 GiB.
+TOKEN_AGREEMENT_FRACTION = 0.02
+TOKEN_AGREEMENT_FLOOR_GIB = 0.02
 # What the engine printed that a store entry keeps, for the report.
 ENGINE_LINES = ("weights_gib", "kv_cache_gib", "kv_cache_tokens", "cudagraph_estimate_gib")
 # The budget lines a measurement is set against.
@@ -156,7 +166,8 @@ def measure(engine_lines, budget_table):
         record.update(status=EXPLICIT_KV, overhead_bytes=None,
                       note="the KV cache size was set by hand; there is no overhead to learn")
         return record
-    kv_bytes = _kv_bytes(kv_gib, tokens, budget_table)
+    kv_bytes, kv_from = _kv_bytes(kv_gib, tokens, budget_table)
+    record["kv_measured_from"] = kv_from
     if kv_bytes is None:
         record.update(status=NOT_MEASURED, overhead_bytes=None,
                       note="the engine log has no KV cache memory lines (older engine or truncated log); "
@@ -167,20 +178,28 @@ def measure(engine_lines, budget_table):
     # engine measuring device-wide counted.
     host_bound = (budget_table.get("warmup_margin") or 0) + (budget_table.get("other_processes") or 0)
     overhead = budget_table["engine_request"] - budget_table["weights"] - kv_bytes - host_bound
-    record.update(status=MEASURED, overhead_bytes=int(overhead), overhead_gib=round(overhead / GIB, 2),
-                  note="the engine took %.2f GiB beyond the budget's weights (the model said %.2f GiB)"
-                       % (overhead / GIB, budget_table["overhead"] / GIB))
+    note = ("the engine took %.2f GiB beyond the budget's weights (the model said %.2f GiB)"
+            % (overhead / GIB, budget_table["overhead"] / GIB))
+    if tokens and kv_from == KV_FROM_GIB_LINE:
+        note += ("; its %s KV tokens do not match its %.2f GiB at the budget's bytes a token (the engine counts "
+                 "tokens otherwise for this model), so the GiB line was used" % (tokens, kv_gib))
+    record.update(status=MEASURED, overhead_bytes=int(overhead), overhead_gib=round(overhead / GIB, 2), note=note)
     return record
 
 
 def _kv_bytes(kv_gib, tokens, table):
-    """KV bytes the engine had: its token count scaled against the budget's prediction is exact to a
-    block; its GiB line (two decimals) is the fallback."""
+    """(KV bytes the engine had, where they came from): its token count scaled against the budget's prediction,
+    exact to a block, where it agrees with the GiB line (TOKEN_AGREEMENT_FRACTION); else the GiB line (two
+    decimals); (None, None) where neither was printed."""
+    gib_bytes = int(kv_gib * GIB) if kv_gib is not None else None
     if tokens and table.get("kv_cache_tokens") and table.get("kv_available", 0) > 0:
-        return int(table["kv_available"] * (float(tokens) / table["kv_cache_tokens"]))
-    if kv_gib is not None:
-        return int(kv_gib * GIB)
-    return None
+        scaled = int(table["kv_available"] * (float(tokens) / table["kv_cache_tokens"]))
+        allowed = max(TOKEN_AGREEMENT_FLOOR_GIB, TOKEN_AGREEMENT_FRACTION * abs(kv_gib or 0)) * GIB
+        if gib_bytes is None or abs(scaled - gib_bytes) <= allowed:
+            return scaled, KV_FROM_TOKENS
+    if gib_bytes is not None:
+        return gib_bytes, KV_FROM_GIB_LINE
+    return None, None
 
 
 def record_entry(data, fields, measurement, host, measured_at):

@@ -106,6 +106,9 @@ measurement:
   description:
     - The measured breakdown beside the prediction, with C(status) V(measured), V(not_measured) (the log has no
       memory lines, so the model stays in use) or V(explicit_kv) (the KV cache size was set by hand).
+    - C(kv_measured_from) says where the engine's KV memory was read, V(tokens) (its token count at the budget's
+      bytes a token, exact to a block) or V(gib_line) (its "Available KV cache memory" line, where the token count
+      disagrees with it, the engine counting tokens otherwise for that model).
   returned: with O(state=record)
   type: dict
 status:

@@ -51,6 +51,28 @@ def test_measure_from_tokens_is_exact_to_the_budgets_own_weights():
     assert m["status"] == "measured"
     assert m["overhead_bytes"] == 128 * GIB - 40 * GIB - int(84 * GIB * 0.95)
     assert m["predicted_kv_cache_tokens"] == 1_000_000 and m["kv_cache_tokens"] == 950_000
+    assert m["kv_measured_from"] == "tokens"
+
+
+def test_tokens_the_engine_counts_otherwise_give_way_to_the_gib_line():
+    """A vLLM 0.20 DeepSeek-V4-Flash start printed 10,992 tokens for 13.49 GiB: scaled by the budget's bytes a token
+    they would learn an overhead 13 GiB too big, and every host of the key after it would budget with that."""
+    table = dict(TABLE, kv_available=int(13.43 * GIB), kv_cache_tokens=887_296)
+    m = calibration.measure({"kv_cache_tokens": 10_992, "kv_cache_gib": 13.49}, table)
+    assert m["kv_measured_from"] == "gib_line"
+    assert m["overhead_bytes"] == 128 * GIB - 40 * GIB - int(13.49 * GIB)
+    assert "counts tokens otherwise" in m["note"] and "10992" in m["note"]
+
+
+@pytest.mark.parametrize("printed_gib, kv_from", [
+    (0.49, "tokens"), (0.515, "tokens"), (0.531, "gib_line"), (80.0, "tokens"), (79.8 * 0.97, "gib_line")])
+def test_the_token_count_stands_within_the_gib_lines_rounding(printed_gib, kv_from):
+    """Tokens within 2% of the GiB line (never under 0.02 GiB) are the engine's own count: exact to a block."""
+    small = dict(TABLE, kv_available=int(0.5 * GIB), kv_cache_tokens=10_000)
+    table = small if printed_gib < 1 else TABLE
+    tokens = 10_000 if printed_gib < 1 else 950_000
+    m = calibration.measure({"kv_cache_tokens": tokens, "kv_cache_gib": printed_gib}, table)
+    assert m["kv_measured_from"] == kv_from
 
 
 def test_measure_falls_back_to_the_gib_line_and_says_when_nothing_was_printed():
