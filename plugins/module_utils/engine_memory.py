@@ -1975,11 +1975,23 @@ def indexer_decode_logits_bytes(profile, settings):
     return INDEXER_LOGIT_BYTES * max(full or [0]) * _max_model_len(profile, settings)
 
 
-# The attention backend vLLM picks when the run names none (platforms/cuda.py _get_backend_priorities, 0.21 - 0.29):
+# The attention backend vLLM picks when the run names none (platforms/cuda.py _get_backend_priorities, 0.11.1 - 0.34):
 # FlashInfer first on SM100 for models without MLA, FlashAttention first elsewhere; a model whose layers differ in
 # head size (Gemma 4's 512-wide full layers) is put on Triton's (config.py: "heterogeneous head dimensions ...
-# forcing TRITON_ATTN", 0.29).
+# forcing TRITON_ATTN", 0.29). Each candidate in turn must take the run (v1/attention/backends/*.py, read in 0.11.1,
+# 0.11.2, 0.19 and 0.29): FlashAttention needs SM 8.0+, and an fp8 KV cache or attention sinks only FlashAttention 3
+# takes, on SM 9.x (flash_attn_supports_fp8, supports_combination); FlashInfer then, from SM 7.5 (SM 8.0 from 0.29,
+# where SM 7.5 broke), with sinks only where its TRT-LLM kernels run (SM 10.x; SM 12.x's XQA from 0.29); else Triton's.
+# A public v0.20.0 start of Qwen3.6-35B-A3B with an fp8 KV cache on an RTX 5090 prints "Using FLASHINFER attention
+# backend out of potential backends: ['FLASHINFER', 'TRITON_ATTN']". Before 0.11.1 such runs took Triton's.
 FLASHINFER, FLASH_ATTN, TRITON_ATTN, MLA_BACKEND = "FLASHINFER", "FLASH_ATTN", "TRITON_ATTN", "MLA"
+BACKEND_CANDIDATES_SINCE = (0, 11, 1)
+FLASH_ATTN_MIN_CAPABILITY = (8, 0)
+FLASH_ATTN3_MAJOR = 9
+FLASHINFER_MIN_CAPABILITY = ((0, 0, 0), (7, 5)), ((0, 29, 0), (8, 0))
+FLASHINFER_SINKS_SINCE = {10: (0, 0, 0), 12: (0, 29, 0)}
+# Models whose attention layers carry learned sinks (gpt_oss.py: the attention's sinks parameter).
+SINK_ARCHITECTURES = ("GptOssForCausalLM",)
 
 
 def attention_backend(profile, settings):
@@ -1993,7 +2005,32 @@ def attention_backend(profile, settings):
     if any(shape.get("head_dim", profile["head_dim"]) != profile["head_dim"]
            for shape in (profile.get("kv_shapes") or {}).values()):
         return TRITON_ATTN
-    return FLASHINFER if (gpu_capability(settings.get("gpu_name")) or (0, 0))[0] == 10 else FLASH_ATTN
+    capability = gpu_capability(settings.get("gpu_name"))
+    if capability and capability[0] == 10:
+        return FLASHINFER
+    if capability is None or _version(settings) < BACKEND_CANDIDATES_SINCE or flash_attention_takes(profile, settings):
+        return FLASH_ATTN
+    return FLASHINFER if flashinfer_takes(profile, settings) else TRITON_ATTN
+
+
+def _attention_sinks(profile):
+    return profile.get("architecture") in SINK_ARCHITECTURES
+
+
+def flash_attention_takes(profile, settings):
+    """Whether vLLM's FlashAttention backend takes the run on this GPU (see BACKEND_CANDIDATES_SINCE)."""
+    capability = _capability(settings)
+    hopper_only = (settings.get("kv_dtype_bytes") or 2) < 2 or _attention_sinks(profile)
+    return capability >= FLASH_ATTN_MIN_CAPABILITY and (capability[0] == FLASH_ATTN3_MAJOR or not hopper_only)
+
+
+def flashinfer_takes(profile, settings):
+    """Whether vLLM's FlashInfer backend takes the run on this GPU (see BACKEND_CANDIDATES_SINCE)."""
+    capability, version = _capability(settings), _version(settings)
+    floor = [least for since, least in FLASHINFER_MIN_CAPABILITY if version >= since][-1]
+    if capability < floor:
+        return False
+    return not _attention_sinks(profile) or version >= FLASHINFER_SINKS_SINCE.get(capability[0], NEVER)
 
 
 # FlashInfer's attention metadata builder keeps a workspace buffer (VLLM_FLASHINFER_WORKSPACE_BUFFER_SIZE, 394 MiB;

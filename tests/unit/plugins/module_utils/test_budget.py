@@ -990,6 +990,27 @@ def test_the_attention_backend_is_vllm_s_choice_unless_the_run_names_one(profile
         "FLEX_ATTENTION"
 
 
+GPT_OSS_LIKE = dict(TINY, architecture="GptOssForCausalLM")
+
+
+@pytest.mark.parametrize("profile, gpu, version, kv_bytes, backend", [
+    # an fp8 KV cache: FlashAttention 3 takes it on Hopper alone, FlashInfer elsewhere (a public v0.20 RTX 5090 start
+    # prints "Using FLASHINFER attention backend out of potential backends: ['FLASHINFER', 'TRITON_ATTN']")
+    (TINY, "NVIDIA GeForce RTX 5090", "0.20.0", 1, "FLASHINFER"), (TINY, "NVIDIA GeForce RTX 3090", "0.24.0", 1, "FLASHINFER"),
+    (TINY, "NVIDIA H100 80GB HBM3", "0.24.0", 1, "FLASH_ATTN"), (TINY, "NVIDIA GeForce RTX 3090", "0.24.0", 2, "FLASH_ATTN"),
+    # before 0.11.1 vLLM chose by rule (Triton's for these), which holds no FlashInfer workspace
+    (TINY, "NVIDIA GeForce RTX 3090", "0.11.0", 1, "FLASH_ATTN"),
+    # sinks: FlashAttention 3 on Hopper; below it FlashInfer takes them nowhere before SM 10 (SM 12's XQA from 0.29)
+    (GPT_OSS_LIKE, "NVIDIA H100 80GB HBM3", "0.19.0", 2, "FLASH_ATTN"), (GPT_OSS_LIKE, "NVIDIA L4", "0.29.0", 2, "TRITON_ATTN"),
+    (GPT_OSS_LIKE, "NVIDIA GB10", "0.25.0", 2, "TRITON_ATTN"), (GPT_OSS_LIKE, "NVIDIA GB10", "0.30.0", 2, "FLASHINFER"),
+    # below SM 8.0 FlashAttention is out: FlashInfer from SM 7.5 until 0.29 raised its floor to SM 8.0
+    (TINY, "Tesla T4", "0.22.0", 2, "FLASHINFER"), (TINY, "Tesla T4", "0.30.0", 2, "TRITON_ATTN"),
+])
+def test_each_backend_in_vllm_s_order_must_take_the_run(profile, gpu, version, kv_bytes, backend):
+    settings = {"gpu_name": gpu, "version": version, "kv_dtype_bytes": kv_bytes}
+    assert engine_memory.attention_backend(profile, settings) == backend
+
+
 def test_flashinfer_workspaces_join_the_graph_estimate_one_a_kv_cache_group():
     # 394 MiB a builder, a builder a KV-cache group: Gemma-4-26B-A4B on an L40S (v0.29, six groups) estimated 2.82 GiB
     # of graphs with FlashInfer against 0.50 with Triton attention
