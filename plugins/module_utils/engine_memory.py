@@ -1983,7 +1983,8 @@ def indexer_decode_logits_bytes(profile, settings):
 # takes, on SM 9.x (flash_attn_supports_fp8, supports_combination); FlashInfer then, from SM 7.5 (SM 8.0 from 0.29,
 # where SM 7.5 broke), with sinks only where its TRT-LLM kernels run (SM 10.x; SM 12.x's XQA from 0.29); else Triton's.
 # A public v0.20.0 start of Qwen3.6-35B-A3B with an fp8 KV cache on an RTX 5090 prints "Using FLASHINFER attention
-# backend out of potential backends: ['FLASHINFER', 'TRITON_ATTN']". Before 0.11.1 such runs took Triton's.
+# backend out of potential backends: ['FLASHINFER', 'TRITON_ATTN']". Before 0.11.1 vLLM chose by rule and such runs
+# never took FlashInfer (Triton's or FlexAttention): FlashAttention stands in there, holding no workspace either.
 FLASHINFER, FLASH_ATTN, TRITON_ATTN, MLA_BACKEND = "FLASHINFER", "FLASH_ATTN", "TRITON_ATTN", "MLA"
 BACKEND_CANDIDATES_SINCE = (0, 11, 1)
 FLASH_ATTN_MIN_CAPABILITY = (8, 0)
