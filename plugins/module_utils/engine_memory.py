@@ -1285,7 +1285,7 @@ def attention_start_blocks(settings):
 def sparse_mla_policy(settings, kv_dtype_bytes):
     """kv_layout.layout's mla_policy: whether a sparse-MLA latent is packed, whether IndexCache skips layers, and how
     DeepSeek-V4's caches are grouped (kv_layout.DSV4_TUPLES before PACKED_KV_GROUPS_SINCE)."""
-    major = (gpu_capability(settings.get("gpu_name")) or (None,))[0]
+    major = (_capability(settings) or (None,))[0]
     version = engine_version(settings.get("version"))
     return {"packed_latent": major == 12 or (major != 10 and kv_dtype_bytes == 1),
             "index_cache": version >= INDEX_CACHE_SINCE,
@@ -1817,7 +1817,7 @@ def cudagraph_count(settings, profile=None):
 def cudagraph_plan(settings, profile=None):
     """(the capture sizes, the full graphs' token counts) of cudagraph_count."""
     ver = engine_version(settings.get("version"))
-    sm100 = (gpu_capability(settings.get("gpu_name")) or (0, 0))[0] == 10
+    sm100 = (_capability(settings) or (0, 0))[0] == 10
     seqs, tokens = settings["max_num_seqs"], settings["max_num_batched_tokens"]
     method = speculative_method(settings)
     step = 1 + (settings["num_speculative_tokens"] if method else 0)
@@ -1893,7 +1893,7 @@ def symmetric_memory_all_reduce(tp, settings):
     """Whether PyTorch's symmetric-memory all-reduce serves the group where the custom kernel does not: NVSwitch
     (multicast) Hopper or Blackwell boards, from SYMMETRIC_MEMORY_SINCE."""
     return (tp in ALL_REDUCE_RANKS and engine_version(settings.get("version")) >= SYMMETRIC_MEMORY_SINCE
-            and gpu_capability(settings.get("gpu_name")) in SYMMETRIC_MEMORY_CAPABILITIES
+            and _capability(settings) in SYMMETRIC_MEMORY_CAPABILITIES
             and nvls_capable(settings.get("gpu_name")) and fully_connected(settings))
 
 
@@ -2006,7 +2006,7 @@ def attention_backend(profile, settings):
     if any(shape.get("head_dim", profile["head_dim"]) != profile["head_dim"]
            for shape in (profile.get("kv_shapes") or {}).values()):
         return TRITON_ATTN
-    capability = gpu_capability(settings.get("gpu_name"))
+    capability = _capability(settings)
     if capability and capability[0] == 10:
         return FLASHINFER
     if capability is None or _version(settings) < BACKEND_CANDIDATES_SINCE or flash_attention_takes(profile, settings):
@@ -2057,7 +2057,7 @@ def flashinfer_workspace_bytes(profile, tp, settings):
     if attention_backend(profile, settings) != FLASHINFER:
         return 0
     version = engine_version(settings.get("version"))
-    capability = gpu_capability(settings.get("gpu_name")) or (0, 0)
+    capability = _capability(settings) or (0, 0)
     if version >= TRTLLM_DECODE_SINCE.get(capability[0], NEVER):
         return FLASHINFER_WORKSPACE
     groups = kv_layout.group_layout(kv_layout.layer_kinds(profile))[1]
@@ -2579,7 +2579,7 @@ def sparse_mla_load_workspace_bytes(profile, tp, settings):
     FLASHMLA_PREFILL_LATENTS_PER_TOKEN): with a packed fp8 latent on SM 9.x from INDEXER_WORKSPACE_KEPT_SINCE; 0
     otherwise. settings kv_dtype_bytes: the KV cache's bytes an element."""
     mla = profile.get("mla") or {}
-    if (not mla.get("indexer") or (gpu_capability(settings.get("gpu_name")) or (0,))[0] != 9
+    if (not mla.get("indexer") or (_capability(settings) or (0,))[0] != 9
             or _version(settings) < INDEXER_WORKSPACE_KEPT_SINCE
             or not sparse_mla_policy(settings, settings.get("kv_dtype_bytes") or 2)["packed_latent"]):
         return 0
