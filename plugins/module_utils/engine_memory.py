@@ -1093,6 +1093,8 @@ def expert_workspace_parts(profile, tp, settings, act_bytes=2):
         if marlin_modular(profile, settings):
             return marlin_modular_workspace_bytes(tokens, chunk, top_k, inter, hidden, act_bytes), 0
         return 0, marlin_workspace_bytes(tokens, top_k, inter, hidden, act_bytes)
+    if backend == MOE_VLLM_CUTLASS and _nvfp4_quantized(profile):
+        return vllm_cutlass_fp4_workspace_parts(tokens, top_k, inter, hidden, act_bytes)
     if backend == MOE_FLASHINFER_CUTLASS:
         return flashinfer_cutlass_workspace_bytes(tokens, chunk, top_k, inter, hidden,
                                                   _local_experts(moe, settings, tp))
@@ -1109,7 +1111,7 @@ def expert_workspace_parts(profile, tp, settings, act_bytes=2):
         kept = int(tokens * hidden * act_bytes) if capability == SM12_MAJOR else 0
         return kept, int(modular_workspace_elements(chunk, top_k, inter, hidden) * act_bytes)
     workspace = int(modular_workspace_elements(chunk, top_k, inter, hidden) * act_bytes)
-    # Triton experts (and, for want of their own shapes, vLLM's CUTLASS)
+    # Triton experts (and, for want of their own shapes, vLLM's CUTLASS fp8 experts)
     return workspace, 0
 
 
@@ -1187,6 +1189,29 @@ def modular_workspace_elements(chunk, top_k, inter, hidden):
     experts/triton_moe.py from 0.21; MarlinExperts.workspace_shapes, the same in 0.15.1, 0.19, 0.25.1, 0.29)."""
     routed = chunk * top_k
     return max(routed * max(inter, hidden), chunk * hidden) + routed * max(2 * inter, hidden)
+
+
+# vLLM's own CUTLASS NVFP4 experts (CutlassExpertsFp4 / run_cutlass_moe_fp4, fused_moe/cutlass_moe.py, the same in
+# 0.11.0, 0.15.1, 0.19.0, 0.20.0 and 0.29.0) quantize each expert's rows into a block-scale buffer sized for
+# VLLM_MAX_TOKENS_PER_EXPERT_FP4_MOE rows an expert slot whatever the batch (scaled_fp4_experts_quant, _custom_ops.py:
+# int32, one per 64 elements of the row).
+CUTLASS_FP4_SCALE_ROWS_PER_SLOT = 163840
+CUTLASS_FP4_SCALE_BYTES_PER_ELEMENT = 4.0 / 64
+
+
+def vllm_cutlass_fp4_workspace_parts(tokens, top_k, inter, hidden, act_bytes=2):
+    """(kept, per call) of vLLM's CUTLASS NVFP4 experts over one batch. Kept, in vLLM's workspace cache:
+    tokens x top_k x max(2 I, hidden) and tokens x top_k x I, and the tokens x hidden output (workspace_shapes).
+    Per call, at the larger of two moments: the finalize, where the input permuted into a new tensor (shuffle_rows),
+    the second GEMM's output permuted back into another, and their top-k weighted product are alive at once, each
+    tokens x top_k x hidden, with the tokens x hidden sum; or the first quantization, the permuted input beside its
+    fp4 copy and the fixed block-scale buffer (CUTLASS_FP4_SCALE_ROWS_PER_SLOT)."""
+    routed = tokens * top_k
+    kept = (routed * (max(2 * inter, hidden) + inter) + tokens * hidden) * act_bytes
+    finalize = (3 * routed + tokens) * hidden * act_bytes
+    quantize = routed * hidden * (act_bytes + 0.5) + (CUTLASS_FP4_SCALE_ROWS_PER_SLOT * top_k * hidden
+                                                       * CUTLASS_FP4_SCALE_BYTES_PER_ELEMENT)
+    return int(kept), int(max(finalize, quantize))
 
 
 def marlin_workspace_bytes(tokens, top_k, inter, hidden, act_bytes=2):
@@ -1315,7 +1340,7 @@ def moe_backend(profile, settings, tp=1):
     method, bits = _quant_method(profile), quant.get("bits", 16)
     if method == "mxfp4":
         return _mxfp4_moe_backend(settings)
-    if "fp4" in method or (method == "modelopt" and bits < 8) or _nvfp4_experts(profile):
+    if _nvfp4_quantized(profile):
         return _nvfp4_moe_backend(settings)
     if _fp8_experts(profile):
         return _fp8_moe_backend(profile, settings, tp)
@@ -1326,6 +1351,14 @@ def moe_backend(profile, settings, tp=1):
     if _trtllm_mxint4_takes(profile, settings):
         return MOE_OTHER
     return MOE_MARLIN
+
+
+def _nvfp4_quantized(profile):
+    """Whether the experts go through the NVFP4 oracle: an NVFP4 method (ModelOpt's below 8 bits) or NVFP4 experts."""
+    quant = profile.get("quantization") or {}
+    method = _quant_method(profile)
+    nvfp4_method = "fp4" in method and method != "mxfp4"
+    return nvfp4_method or (method == "modelopt" and quant.get("bits", 16) < 8) or _nvfp4_experts(profile)
 
 
 def _nvfp4_experts(profile):

@@ -817,6 +817,29 @@ def test_fp4_experts_on_sm12_keep_flashinfer_cutlass_s_output():
             TRTLLM_TOKENS * 4096 * 2, 4 * GIB)
 
 
+def test_vllm_s_cutlass_fp4_experts_hold_three_routed_copies_at_the_finalize():
+    """vLLM's own CUTLASS NVFP4 experts (--moe-backend cutlass): kept, their two workspaces and the output; per call,
+    the permuted input, the permuted-back output and their weighted product, tokens x top_k x hidden each, and the
+    sum; below a few thousand tokens the fixed block-scale buffer of the first quantization is the larger."""
+    profile = dict(HY3, hidden_size=2048, moe=dict(HY3["moe"], num_experts=256, moe_intermediate_size=512,
+                                                   num_experts_per_tok=8),
+                   quantization={"method": "compressed-tensors", "bits": 4, "group_size": 16, "weight_type": "float"})
+    settings = {"version": "0.20.0", "max_num_batched_tokens": 16384, "gpu_name": "NVIDIA GeForce RTX 5090",
+                "moe_backend": "cutlass"}
+    routed = 16384 * 8
+    kept = (routed * (2048 + 512) + 16384 * 2048) * 2
+    assert engine_memory.moe_workspace_parts(profile, 1, settings) == (kept, (3 * routed + 16384) * 2048 * 2)
+    # 44 KiB a token kept (40 of workspace, 4 of output) and 100 per call at top-8 over 2048
+    assert kept // 16384 == 44 * 1024
+    scales = 163840 * 8 * 2048 * 4 // 64
+    assert engine_memory.moe_workspace_parts(profile, 1, dict(settings, max_num_batched_tokens=256))[1] == int(
+        256 * 8 * 2048 * 2.5 + scales)
+    # fp8 experts on the same backend keep Triton's shapes, which stand in for theirs
+    fp8 = dict(profile, quantization={"method": "compressed-tensors", "bits": 8, "weight_type": "float"})
+    assert engine_memory.moe_workspace_parts(fp8, 1, settings) == (
+        engine_memory.modular_workspace_elements(16384, 8, 512, 2048) * 2, 0)
+
+
 def test_only_the_last_stage_profiles_the_sampler():
     # vLLM's profile_run runs the dummy sampler on the last pipeline rank only: with 1024 rows of a
     # 128256-entry vocabulary the sampler (14.9 B an element: 1.82 GiB) outweighs the forward of 8192
