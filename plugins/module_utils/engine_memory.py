@@ -1209,8 +1209,8 @@ def vllm_cutlass_fp4_workspace_parts(tokens, top_k, inter, hidden, act_bytes=2):
     routed = tokens * top_k
     kept = (routed * (max(2 * inter, hidden) + inter) + tokens * hidden) * act_bytes
     finalize = (3 * routed + tokens) * hidden * act_bytes
-    quantize = routed * hidden * (act_bytes + 0.5) + (CUTLASS_FP4_SCALE_ROWS_PER_SLOT * top_k * hidden
-                                                       * CUTLASS_FP4_SCALE_BYTES_PER_ELEMENT)
+    scales = CUTLASS_FP4_SCALE_ROWS_PER_SLOT * top_k * hidden * CUTLASS_FP4_SCALE_BYTES_PER_ELEMENT
+    quantize = routed * hidden * (act_bytes + 0.5) + scales
     return int(kept), int(max(finalize, quantize))
 
 
