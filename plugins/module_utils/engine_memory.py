@@ -2156,7 +2156,9 @@ def vision_tower_skipped(profile, settings):
     if settings.get("language_model_only") and version >= LANGUAGE_MODEL_ONLY_SINCE:
         return "--language-model-only"
     architecture = profile.get("architecture")
-    modalities = TOWER_MODALITIES_BY_ARCHITECTURE.get(architecture, TOWER_MODALITIES)
+    # an audio tower (profile audio_tower) is built unless audio is limited to 0 too: the towers are counted as one
+    modalities = TOWER_MODALITIES_BY_ARCHITECTURE.get(architecture, TOWER_MODALITIES) + (
+        ("audio",) if profile.get("audio_tower") else ())
     limits = settings.get("mm_limits") or {}
     if any(limits.get(modality, DEFAULT_MM_LIMIT) > 0 for modality in modalities):
         return None

@@ -298,7 +298,9 @@ def _model_profile(config, source):
                                "head_dim x head_dim fp32 matrix per KV head")
     _check_state_dtype(reader, profile["linear_state"])
     profile["vision"] = _vision(config, hidden, reader)
-    profile["vision_params"] = vision_tower_params(config, hidden)
+    # the multimodal towers' weights: vision and, where config.json has one, audio (budget.py counts them as one)
+    profile["audio_tower"] = audio_tower_params(config, hidden) > 0
+    profile["vision_params"] = vision_tower_params(config, hidden) + audio_tower_params(config, hidden)
     profile["vision_replicated"] = (config.get("vision_config") or {}).get("model_type") in REPLICATED_VISION_TYPES
     profile["rope_tables"] = _rope_tables(reader, profile)
     profile["params"] = count_params(profile)
@@ -502,6 +504,40 @@ def vision_tower_params(config, text_hidden):
     merge = (vision.get("spatial_merge_size") or config.get("spatial_merge_size")
              or (kernel[0] if isinstance(kernel, list) and kernel and isinstance(kernel[0], int) else 1))
     return int(depth * layer + embedding + width * merge * merge * text_hidden)
+
+
+# Audio towers vLLM loads beside the language model where config.json has an audio_config (gemma4_mm.py and
+# gemma3n_mm.py build it as the "audio" modality's tower; qwen2_audio.py its Whisper-style encoder). Gemma 3n's and
+# Gemma 4's are USM conformers: per layer two macaron feed-forward blocks four times as wide (two matrices each), five
+# attention projections (query, key, value, output and the relative position's) and the light convolution's gated
+# input and its output projections, 24 squares of the width in all. Whisper-style encoders (Qwen2-Audio, the Omni
+# models' thinker) name their width d_model and their feed-forward encoder_ffn_dim.
+CONFORMER_AUDIO_TYPES = ("gemma3n_audio", "gemma4_audio")
+CONFORMER_LAYER_SQUARES = 24
+AUDIO_WIDTH_FIELDS = ("hidden_size", "d_model")
+AUDIO_DEPTH_FIELDS = ("num_hidden_layers", "conf_num_hidden_layers", "encoder_layers")
+
+
+def audio_tower_params(config, text_hidden):
+    """A floor of the audio tower's parameters from config.json's audio_config: its layers (a conformer's 24 squares of
+    the width, a Whisper-style layer's four attention projections and two feed-forward matrices), its output
+    projection where it names one (output_proj_dims) and the projector's one matrix into the language model. 0 for a
+    config without an audio tower or one whose layers it cannot size; convolutions, norms and biases are left out."""
+    audio = config.get("audio_config")
+    if not isinstance(audio, dict):
+        return 0
+    width, depth = _first(audio, AUDIO_WIDTH_FIELDS), _first(audio, AUDIO_DEPTH_FIELDS)
+    feed_forward = audio.get("encoder_ffn_dim")
+    if not width or not depth:
+        return 0
+    if audio.get("model_type") in CONFORMER_AUDIO_TYPES:
+        layer = CONFORMER_LAYER_SQUARES * width * width
+    elif isinstance(feed_forward, int) and feed_forward > 0:
+        layer = 4 * width * width + 2 * width * feed_forward
+    else:
+        return 0
+    output = _first(audio, ("output_proj_dims",)) or width
+    return int(depth * layer + (width * output if output != width else 0) + output * text_hidden)
 
 
 def with_preprocessor_pixels(vision, image_config, video_config=None):
@@ -1358,8 +1394,8 @@ def count_params(profile):
     """{"total", "active", "mtp", "embedding", "attention", "shared_experts", "dense_mlp", "vision",
     "replicated_attention", "replicated_16bit", "router", "routed_experts"}: absolute counts from the profile alone
     (attention, shared experts and dense MLPs: every decoder layer's, module families some quantizers keep in 16
-    bits). vision: the vision tower's parameters (profile vision_params, from
-    vision_tower_params), in the total, not in the active count a token's forward takes."""
+    bits). vision: the multimodal towers' parameters (profile vision_params, from vision_tower_params and
+    audio_tower_params), in the total, not in the active count a token's forward takes."""
     vision = profile.get("vision_params") or 0
     hidden, layers = profile["hidden_size"], profile["num_hidden_layers"]
     embedding = profile["vocab_size"] * hidden * (1 if profile["tie_word_embeddings"] else 2)

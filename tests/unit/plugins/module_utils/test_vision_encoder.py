@@ -130,6 +130,41 @@ def test_a_tower_without_a_named_width_and_depth_adds_nothing():
                                                     "patch_size": 14}))["params"]["vision"] > 0.3e9
 
 
+# Gemma 4 E2B's audio_config (google/gemma-4-E2B-it; a 12-layer USM conformer 1024 wide) and Qwen2-Audio-7B's
+# Whisper-style encoder.
+GEMMA4_AUDIO = {"model_type": "gemma4_audio", "hidden_size": 1024, "num_hidden_layers": 12, "num_attention_heads": 8,
+                "conv_kernel_size": 5, "output_proj_dims": 1536}
+WHISPER_AUDIO = {"model_type": "qwen2_audio_encoder", "d_model": 1280, "encoder_layers": 32, "encoder_ffn_dim": 5120}
+
+
+def test_a_config_only_estimate_counts_the_audio_tower_too():
+    """vLLM builds an audio tower wherever config.json has an audio_config (gemma4_mm.py, qwen2_audio.py): a conformer
+    layer holds 24 squares of its width, a Whisper-style one its four attention projections and two feed-forward
+    matrices, then the output projection and the projector into the language model. Public Gemma 4 E2B / E4B starts
+    load 0.72 - 0.78 GiB more than the budget counted without it (0.57 GiB of it this tower)."""
+    text = dict(QWEN25_VL_7B, vision_config=None)
+    gemma = model_profile(dict(text, audio_config=GEMMA4_AUDIO))
+    assert gemma["audio_tower"] and gemma["params"]["vision"] == 12 * 24 * 1024 ** 2 + 1024 * 1536 + 1536 * 3584
+    assert gemma["params"]["total"] - model_profile(text)["params"]["total"] == gemma["params"]["vision"]
+    whisper = model_profile(dict(text, audio_config=WHISPER_AUDIO))["params"]["vision"]
+    assert whisper == 32 * (4 * 1280 ** 2 + 2 * 1280 * 5120) + 1280 * 3584
+    both = model_profile(dict(QWEN25_VL_7B, audio_config=GEMMA4_AUDIO))["params"]["vision"]
+    assert both == model_profile(QWEN25_VL_7B)["params"]["vision"] + gemma["params"]["vision"]
+    # an audio tower whose layers cannot be sized adds nothing (and is not said to be there)
+    unsized = model_profile(dict(text, audio_config={"model_type": "other_audio", "hidden_size": 1024,
+                                                     "num_hidden_layers": 12}))
+    assert unsized["params"]["vision"] == 0 and not unsized["audio_tower"]
+
+
+@pytest.mark.parametrize("limits, skipped", [
+    ({"image": 0, "video": 0}, None),                  # audio still allowed: the towers are built
+    ({"image": 0, "video": 0, "audio": 0}, "--limit-mm-per-prompt 0 for image and video and audio"),
+])
+def test_an_audio_tower_is_left_out_only_with_audio_limited_to_0(limits, skipped):
+    profile = model_profile(dict(QWEN25_VL_7B, audio_config=GEMMA4_AUDIO))
+    assert engine_memory.vision_tower_skipped(profile, engine(version="0.29.0", mm_limits=limits)) == skipped
+
+
 def test_preprocessor_caps_replace_the_stock_ones():
     vision = model_profile(QWEN3_VL_30B)["vision"]
     read = with_preprocessor_pixels(vision, {"size": {"longest_edge": 1003520, "shortest_edge": 65536}})
