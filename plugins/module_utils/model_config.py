@@ -299,8 +299,9 @@ def _model_profile(config, source):
     _check_state_dtype(reader, profile["linear_state"])
     profile["vision"] = _vision(config, hidden, reader)
     # the multimodal towers' weights: vision and, where config.json has one, audio (budget.py counts them as one)
-    profile["audio_tower"] = audio_tower_params(config, hidden) > 0
-    profile["vision_params"] = vision_tower_params(config, hidden) + audio_tower_params(config, hidden)
+    audio = audio_tower_params(config, hidden)
+    profile["audio_tower"] = audio > 0
+    profile["vision_params"] = vision_tower_params(config, hidden) + audio
     profile["vision_replicated"] = (config.get("vision_config") or {}).get("model_type") in REPLICATED_VISION_TYPES
     profile["rope_tables"] = _rope_tables(reader, profile)
     profile["params"] = count_params(profile)
