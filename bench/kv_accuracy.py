@@ -284,6 +284,7 @@ def score(case, result):
             held_gib = difference * (table.get("kv_bytes_per_token") or 0) / GIB
         row["within"] = abs(error) <= WITHIN_FRACTION or abs(held_gib) <= WITHIN_GIB
     row["verdict_right"] = row["predicted_starts"] == row["engine_started"]
+    row["tight"] = result.get("starts_certainty") == "tight"
     return row
 
 
@@ -292,11 +293,13 @@ def summary(rows, label):
     errors = sorted(abs(r["error_gib"]) for r in rows if "error_gib" in r)
     within = sum(1 for r in judged if r["within"])
     verdicts = sum(1 for r in rows if r["verdict_right"])
+    tight = [r for r in rows if r.get("tight")]
     return {
         "label": label, "cases": len(rows),
         "within_5pct_or_0_5gib": "%d/%d (%.0f%%)" % (within, len(judged), 100.0 * within / max(1, len(judged))),
         "median_abs_error_gib": round(statistics.median(errors), 2) if errors else None,
         "verdicts_right": "%d/%d" % (verdicts, len(rows)),
+        "tight_verdicts": "%d, %d of them wrong" % (len(tight), sum(1 for r in tight if not r["verdict_right"])),
     }
 
 
@@ -472,7 +475,8 @@ def cudagraph_accuracy(cases):
 
 def print_summary(s):
     print("%(label)s: %(cases)d cases; within 5%% or 0.5 GiB: %(within_5pct_or_0_5gib)s; "
-          "median |error| %(median_abs_error_gib)s GiB; verdicts right %(verdicts_right)s" % s)
+          "median |error| %(median_abs_error_gib)s GiB; verdicts right %(verdicts_right)s (flagged tight: "
+          "%(tight_verdicts)s)" % s)
 
 
 def print_rows(rows):
@@ -482,7 +486,7 @@ def print_rows(rows):
         print("%-58s %9s %9s %7s %11s %11s %6s %6s" % (
             r["id"][:58], r["predicted_gib"], r["engine_gib"], r.get("error_gib", r.get("error_fraction", "")),
             r["predicted_tokens"], r["engine_tokens"], "yes" if r["predicted_starts"] else "no",
-            "ok" if r["verdict_right"] else "WRONG"))
+            ("ok" if r["verdict_right"] else "WRONG") + (" tight" if r.get("tight") else "")))
 
 
 def main(argv=None):

@@ -47,6 +47,14 @@ FITS, RETREATED, CANNOT_HOLD = "fits", "retreated", "cannot_hold"
 OVERHEAD_MODEL, OVERHEAD_CALIBRATED, OVERHEAD_OVERRIDE, OVERHEAD_EXPLICIT_KV = (
     "model", "calibrated", "override", "explicit_kv")
 
+# How far a start verdict can be trusted, as (fraction of the KV cache, floor): bench/kv_accuracy.py predicts 90% of
+# its public starts within 5% or 0.5 GiB of the engine's KV cache; a calibrated overhead is within 1% of the engine's
+# own tokens (the calibration's target); an explicit kv_cache_memory_bytes is the cache the engine sizes. A start
+# whose KV cache is nearer than this to one max_model_len request is "tight": vLLM's own check may go either way.
+PREDICTION_ERROR = {OVERHEAD_MODEL: (0.05, 0.5 * GIB), OVERHEAD_OVERRIDE: (0.05, 0.5 * GIB),
+                    OVERHEAD_CALIBRATED: (0.01, 0), OVERHEAD_EXPLICIT_KV: (0, 0)}
+CLEAR, TIGHT = "clear", "tight"
+
 PROFILE_FIELDS = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
                   "hidden_size", "intermediate_size", "vocab_size", "max_position_embeddings")
 
@@ -489,12 +497,14 @@ def evaluate(state, ctx):
     # a stage whose layers hold no KV cache bounds no block count, only whether it holds its weights
     caching = [table for table in tables if table["kv_cache_blocks"] is not None] or tables
     tightest = min(caching, key=lambda table: (table["kv_cache_blocks"] or 0, table["headroom"]))
+    nearest = min(tables, key=lambda table: table["start_margin"])
     stages = [{"stage": share["stage"], "layers": share["layers"], "weights": t["weights"], "overhead": t["overhead"],
                "kv_available": t["kv_available"], "kv_cache_blocks": t["kv_cache_blocks"]}
               for share, t in zip(shares, tables)]
     return dict(tightest, kv_cache_tokens=tightest["kv_cache_tokens"] and min(t["kv_cache_tokens"] for t in caching),
                 max_concurrency=tightest["max_concurrency"] and min(t["max_concurrency"] for t in caching),
                 starts=all(t["starts"] for t in tables), kv_starts=all(t["kv_starts"] for t in tables),
+                start_margin=nearest["start_margin"], start_error=nearest["start_error"],
                 after_kv=max(t["after_kv"] for t in tables), room_after_kv=min(t["room_after_kv"] for t in tables),
                 headroom=min(t["headroom"] for t in tables), stages=stages)
 
@@ -567,7 +577,8 @@ def evaluate_stage(state, ctx, share, overhead):
     after_kv = lines.get("after_kv") or 0
     room_after_kv = ctx["free_min"] - ctx["engine_bytes"] - engine_memory.startup_bytes(tp, engine)
     # vLLM keeps one block back (the null block) before checking that one request fits.
-    kv_starts = available - layout["bytes_per_block"] >= one_request
+    start_margin = available - layout["bytes_per_block"] - one_request
+    fraction, floor = PREDICTION_ERROR[source]
     return {
         "free": ctx["free_min"],
         "engine_request": ctx["engine_bytes"],
@@ -600,8 +611,10 @@ def evaluate_stage(state, ctx, share, overhead):
         "kv_cache_tokens": cap["tokens"],
         "kv_cache_blocks": cap["num_blocks"],
         "max_concurrency": cap["max_concurrency"],
-        "kv_starts": kv_starts,
-        "starts": kv_starts and (not after_kv or after_kv <= room_after_kv),
+        "start_margin": start_margin,
+        "start_error": int(max(fraction * abs(available), floor)),
+        "kv_starts": start_margin >= 0,
+        "starts": start_margin >= 0 and (not after_kv or after_kv <= room_after_kv),
     }
 
 
@@ -958,6 +971,10 @@ def _verdicts(table, max_num_seqs):
     target = ("%s the target: %d requests need %.2f GiB, expected concurrency %.2f"
               % ("meets" if table["headroom"] >= 0 else "misses", max_num_seqs, table["kv_needed"] / GIB,
                  table["max_concurrency"]))
+    certainty = TIGHT if abs(table["start_margin"]) < table["start_error"] else CLEAR
+    if certainty == TIGHT:
+        one_request += ("; tight: %.2f GiB from that line, within the budget's error of %.2f GiB, so vLLM's own check "
+                        "may go either way" % (abs(table["start_margin"]) / GIB, table["start_error"] / GIB))
     if table["starts"]:
         note = "starts: " + one_request
     elif table.get("kv_starts", True) is False:
@@ -966,8 +983,8 @@ def _verdicts(table, max_num_seqs):
         note = ("does not start: after the KV cache, the CUDA graphs and the sampler's warm-up need %.2f GiB outside "
                 "the requested memory, %.2f GiB is there (lower gpu_memory_utilization or max_num_seqs, or "
                 "enforce_eager)" % (table["after_kv"] / GIB, table["room_after_kv"] / GIB))
-    return {"starts": table["starts"], "meets_target": table["starts"] and table["headroom"] >= 0,
-            "starts_note": note, "target_note": target}
+    return {"starts": table["starts"], "starts_certainty": certainty,
+            "meets_target": table["starts"] and table["headroom"] >= 0, "starts_note": note, "target_note": target}
 
 
 def _fitted(result, state, table):
@@ -1001,7 +1018,8 @@ def _cannot_hold(result, state, table, why):
     result["calibration_fields"] = calibration_fields(ctx, state) if ctx and state else None
     shortfall = -table["headroom"] if table else None
     result.update(_verdicts(table, state["max_num_seqs"]) if table else
-                  {"starts": False, "meets_target": False, "starts_note": why, "target_note": why})
+                  {"starts": False, "starts_certainty": CLEAR, "meets_target": False, "starts_note": why,
+                   "target_note": why})
     result.update({
         "fits": False,
         "status": CANNOT_HOLD,

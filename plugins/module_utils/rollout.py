@@ -176,6 +176,7 @@ def report_row(host, hostvars, check_mode=False, stopped_by=None):
         "calibrated_by": _get(table, "calibrated_by"),
         "max_concurrency": _get(budget, "max_concurrency"),
         "starts": _get(budget, "starts"),
+        "starts_certainty": _get(budget, "starts_certainty"),
         "meets_target": _get(budget, "meets_target"),
         "engine_version": _get(_get(budget, "engine", {}), "version"),
         "status": _get(budget, "status", "no_budget"),

@@ -402,8 +402,18 @@ meets_target:
   description: Whether max_num_seqs requests of max_model_len fit (the target that drives the retreat).
   returned: always
   type: bool
+starts_certainty:
+  description:
+    - V(tight) where the KV cache is nearer to one max_model_len request than the budget's error (budget_gib
+      start_margin within start_error), so vLLM's own check may go either way; V(clear) otherwise.
+    - The error is 5% of the KV cache or 0.5 GiB, the larger, for a modelled or overridden overhead (90% of
+      bench/kv_accuracy.py's public starts fall within it), 1% for a calibrated one, none for an explicit
+      O(kv_cache_memory_bytes).
+  returned: always
+  type: str
+  choices: [clear, tight]
 starts_note:
-  description: The start verdict as a sentence.
+  description: The start verdict as a sentence (ending in how tight it is, where it is tight).
   returned: always
   type: str
 target_note:
@@ -450,8 +460,10 @@ budget_gib:
     - Also overhead_source (V(model), V(calibrated), V(override), V(explicit_kv)), calibrated_by (host and time
       of the measurement used, or null), kv_bytes_per_token, kv_block_size (the attention block a hybrid
       mamba / linear-attention model grows to hold one state), kv_cache_tokens, kv_cache_blocks,
-      max_concurrency, kv_starts (vLLM's own check - one max_model_len request fits the KV cache) and starts (that
-      check, and after_kv within room_after_kv).
+      max_concurrency, kv_starts (vLLM's own check - one max_model_len request fits the KV cache), starts (that
+      check, and after_kv within room_after_kv), start_margin (the KV cache less one max_model_len request and
+      vLLM's null block - negative where the check fails) and start_error (the budget's error there, see
+      RV(starts_certainty)).
     - Under pipeline parallelism (O(pipeline_parallel_size) > 1) the lines are the tightest stage's, and
       C(stages) lists every stage with stage, layers, weights, overhead (the last stage's profile run adds the
       sampler), kv_available and kv_cache_blocks.

@@ -1524,9 +1524,36 @@ def test_the_memory_a_rank_holds_before_its_first_snapshot(gpu, tp, nvlink, gib)
 
 def test_the_start_verdict_reads_as_a_sentence():
     table = {"kv_one_request": GIB, "kv_available": GIB // 2, "starts": False, "kv_starts": False, "headroom": -GIB,
-             "kv_needed": 2 * GIB, "max_concurrency": 0.5}
+             "kv_needed": 2 * GIB, "max_concurrency": 0.5, "start_margin": -GIB // 2, "start_error": GIB // 4}
     verdicts = budget._verdicts(table, 2)
     assert verdicts["starts_note"] == ("does not start: one request of max_model_len needs 1.00 GiB of KV cache, "
                                        "0.50 GiB available")
-    fits = budget._verdicts(dict(table, kv_available=2 * GIB, starts=True, kv_starts=True, headroom=0), 2)
+    assert verdicts["starts_certainty"] == "clear"
+    fits = budget._verdicts(dict(table, kv_available=2 * GIB, starts=True, kv_starts=True, headroom=0,
+                                 start_margin=GIB), 2)
     assert fits["starts_note"].startswith("starts: one request") and fits["meets_target"]
+    # nearer the line than the budget's error: the verdict stands, flagged as one vLLM's check may turn
+    tight = budget._verdicts(dict(table, start_error=GIB), 2)
+    assert tight["starts_certainty"] == "tight" and not tight["starts"]
+    assert tight["starts_note"].endswith("0.50 GiB available; tight: 0.50 GiB from that line, within the budget's "
+                                         "error of 1.00 GiB, so vLLM's own check may go either way")
+
+
+def test_a_start_is_tight_within_the_error_its_overhead_source_carries():
+    one_request_and_null_block = 8192 * 1024 + 16 * 1024           # TINY: 1 KiB a token, blocks of 16
+    left = 8 * GIB - 2_000_000_000 - one_request_and_null_block - 2**20
+    # a flat overhead that leaves the KV cache 1 MiB over the line: it starts, within the model's error of 0.5 GiB
+    near = plan(TINY, [tier("bf16")], gpus(1, 16), gpu_memory_utilization=0.5, max_model_len=8192, max_num_seqs=1,
+                engine={"runtime_overhead_gib": left / GIB})
+    b = near["budget_bytes"]
+    assert b["start_margin"] == 2**20 and b["start_error"] == GIB // 2 and b["overhead_source"] == "override"
+    assert near["starts"] and near["starts_certainty"] == "tight" and "tight: 0.00 GiB from that line" in near["starts_note"]
+    # the model's error grows with the cache: 5% of it above 10 GiB
+    roomy = plan(TINY, [tier("bf16")], gpus(1, 80), max_model_len=8192, max_num_seqs=1, engine=FLAT)
+    assert roomy["budget_bytes"]["start_error"] == int(0.05 * roomy["budget_bytes"]["kv_available"])
+    assert roomy["starts_certainty"] == "clear" and "tight" not in roomy["starts_note"]
+    # an explicit KV cache is the cache the engine sizes: as near the line, the verdict is clear
+    explicit = plan(TINY, [tier("bf16")], gpus(1, 16), gpu_memory_utilization=0.5, max_model_len=8192, max_num_seqs=1,
+                    engine={"kv_cache_memory_bytes": one_request_and_null_block + 2**20})
+    assert explicit["budget_bytes"]["start_margin"] == 2**20 and explicit["budget_bytes"]["start_error"] == 0
+    assert explicit["starts"] and explicit["starts_certainty"] == "clear"
