@@ -162,9 +162,11 @@ FUSED_MOE_UNCHUNKED_SINCE = (0, 18, 0)
 # the graph estimate is not evidence that 0.19 deducts it.
 CUDAGRAPH_COUNTED_SINCE = (0, 20, 0)
 # "GPU KV cache size: N tokens" is max_concurrency x max_model_len from this version (v1/core/kv_cache_utils.py
-# 0.21.0, so that sliding-window and hybrid groups count what a request holds); before, num_blocks // groups x the
-# smallest block (0.19.0, 0.20.0: a public 0.20.0 Qwen3.6-35B-A3B log prints 756,096 tokens at 43.42x of 65,536).
-TOKENS_FROM_CONCURRENCY_SINCE = (0, 21, 0)
+# 0.21.0, so that sliding-window and hybrid groups count what a request holds, and the 0.20.1 patch release: every
+# public 0.20.1 / 0.20.2 start in the corpus prints the product, e.g. a Gemma-4-26B-A4B H200 start 984,297 tokens at
+# 30.04x of 32,768); before, num_blocks // groups x the smallest block (0.19.0, 0.20.0: a public 0.20.0
+# Qwen3.6-35B-A3B log prints 756,096 tokens at 43.42x of 65,536).
+TOKENS_FROM_CONCURRENCY_SINCE = (0, 20, 1)
 # Hopper's block-fp8 experts run on Triton under plain tensor parallelism from this version (first in
 # 0.17.0's fused_moe/oracle/fp8.py _get_priority_backends; 0.15.1 and 0.16.0 take FlashInfer CUTLASS first).
 FP8_BLOCK_TRITON_SINCE = (0, 17, 0)

@@ -548,6 +548,14 @@ def test_cuda_graph_estimate_and_092_default_arrive_together_in_v0_20():
         assert (defaults["cudagraph_counted"], defaults["gpu_memory_utilization"]) == (counted, util), version
 
 
+def test_the_printed_kv_tokens_follow_the_concurrency_from_the_0_20_1_patch_release():
+    # 0.20.0 prints num_blocks // groups x the block (756,096 tokens at 43.42x of 65,536 for Qwen3.6-35B-A3B); every
+    # 0.20.1 / 0.20.2 start prints concurrency x max_model_len (984,297 tokens at 30.04x of 32,768 for Gemma-4-26B-A4B)
+    for version, product in (("0.20.0", False), ("0.20.1rc1.dev91+ga749a33d8", True), ("0.20.2", True),
+                             ("0.21.0", True)):
+        assert engine_memory.engine_defaults(version, "NVIDIA H200", 140 * GIB)["tokens_from_concurrency"] is product
+
+
 def test_v0_34_sizes_its_cache_after_warm_up_with_a_margin_of_free_memory():
     """The extensible KV cache (0.34): utilization 1.0 by default, 64-token blocks, and the cache capped by the
     memory free at start less the engine's startup memory, what it holds and max(1 GiB, 0.75 x the transient
